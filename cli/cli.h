@@ -1,0 +1,233 @@
+/*
+ * cli/cli.h - what the files of the dvar command share: the command table,
+ * exit codes, table-driven option parsing, error reporting, progress, JSON
+ * output, value formatting, walking a slice in bounded pieces and .npy files.
+ * Private to cli/; the command uses only the public API in include/dvar/.
+ */
+#ifndef DVAR_CLI_H
+#define DVAR_CLI_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "dvar/dvar.h"
+
+#if defined(__GNUC__)
+#define CLI_PRINTF(f, a) __attribute__((format(printf, f, a)))
+#else
+#define CLI_PRINTF(f, a)
+#endif
+
+/* Exit codes, documented in `dvar help` and every command's --help. */
+#define CLI_EXIT_OK 0
+#define CLI_EXIT_CHECK 1   /* verify found corruption, diff found differences */
+#define CLI_EXIT_USAGE 2
+#define CLI_EXIT_RUNTIME 3
+
+/* ------------------------------------------------------------- commands */
+
+/* argv[0] is the command's name; returns an exit code. */
+typedef int (*cli_cmd_fn)(int argc, char **argv);
+
+typedef struct {
+	const char *name;
+	cli_cmd_fn fn;
+	const char *desc;
+} cli_cmd;
+
+/* The command table (main.c); NULL when name is not a command. */
+const cli_cmd *cli_cmd_find(const char *name);
+
+int cmd_import(int argc, char **argv);
+int cmd_inspect(int argc, char **argv);
+int cmd_cat(int argc, char **argv);
+int cmd_verify(int argc, char **argv);
+int cmd_diff(int argc, char **argv);
+int cmd_ls(int argc, char **argv);
+
+/* -------------------------------------------------------------- options */
+
+typedef enum {
+	CLI_OPT_END = 0,
+	CLI_OPT_ARG,    /* a positional argument: const char *target */
+	CLI_OPT_ARGS,   /* the remaining positionals: cli_args target */
+	CLI_OPT_SWITCH, /* --name: stores value in int target */
+	CLI_OPT_STRING, /* --name VALUE: const char *target */
+	CLI_OPT_INT,    /* --name N, N >= 0: int64_t target */
+	CLI_OPT_BYTES,  /* --name BYTES, with an optional K/M/G suffix: uint64_t target */
+	CLI_OPT_REAL    /* --name X, finite and >= 0: double target */
+} cli_opt_kind;
+
+#define CLI_OPT_REQUIRED 1u /* a positional that must be given */
+
+/*
+ * One entry of a command's option table, which drives both parsing and
+ * --help. Positionals are named by their placeholder ("PATH"), options by
+ * their long name without the dashes ("chunk-size").
+ */
+typedef struct {
+	cli_opt_kind kind;
+	const char *name;
+	const char *value_name; /* placeholder of an option's value ("BYTES") */
+	void *target;
+	int value;              /* what a CLI_OPT_SWITCH stores */
+	unsigned flags;
+	const char *help;
+} cli_opt;
+
+/* CLI_OPT_ARGS's target: the positionals, in order (they point into argv). */
+typedef struct {
+	char **v;
+	int n;
+} cli_args;
+
+/* A command's help: its table plus the text after the option list. */
+typedef struct {
+	const cli_opt *opts;
+	const char *details; /* paragraphs after the options; may be NULL */
+	const char *check;   /* what exit code 1 means for it; NULL when unused */
+} cli_usage;
+
+/* --progress / --no-progress, for the commands that take long. */
+#define CLI_PROGRESS_OPTS(target) \
+	{ CLI_OPT_SWITCH, "progress", NULL, (target), 1, 0, \
+	  "show progress on stderr even when it is not a terminal" }, \
+	{ CLI_OPT_SWITCH, "no-progress", NULL, (target), 0, 0, "never show progress" }
+
+/* Returned by cli_parse when the command should go on. */
+#define CLI_CONTINUE (-1)
+
+/*
+ * Parse argv (argv[0] is the command) against u->opts. Returns CLI_CONTINUE,
+ * or an exit code: CLI_EXIT_OK after printing --help, CLI_EXIT_USAGE after
+ * reporting a usage error. Positionals are moved to the front of argv.
+ */
+int cli_parse(const cli_usage *u, int argc, char **argv);
+
+/* ------------------------------------------------------------- reporting */
+
+/* "dvar <cmd>: <message>" plus "See 'dvar help <cmd>'."; returns CLI_EXIT_USAGE. */
+int cli_usage_error(const char *cmd, const char *fmt, ...) CLI_PRINTF(2, 3);
+
+/* "dvar <cmd>: <message>" on stderr; returns CLI_EXIT_RUNTIME. */
+int cli_error(const char *cmd, const char *fmt, ...) CLI_PRINTF(2, 3);
+
+/* cli_error with the message of dvar_error_last(). */
+int cli_error_dvar(const char *cmd);
+
+/* The message of dvar_error_last(), or its code's name when it has none. */
+const char *cli_dvar_message(void);
+
+/* "512 B", "1.5 KiB", "3.0 GiB". */
+void cli_format_bytes(char *buf, size_t cap, uint64_t bytes);
+
+/*
+ * v with the fewest significant digits that read back as the same value
+ * (as a float when single is set); "nan", "inf" and "-inf" as numpy prints.
+ */
+void cli_format_real(char *buf, size_t cap, double v, int single);
+
+/* One element of dtype at p, as numpy prints it (True/False for bool). */
+void cli_format_elem(char *buf, size_t cap, int dtype, const void *p);
+
+/* -------------------------------------------------------------- progress */
+
+/* A progress line on stderr, drawn with '\r' at most ~6 times a second. */
+typedef struct {
+	const char *label;
+	int enabled;
+	int eager;      /* forced with --progress: draw from the first update */
+	double start;
+	double last;
+	size_t width;   /* length of the line on screen, 0 when none */
+} cli_progress;
+
+/*
+ * mode: 1 forced on, 0 off, -1 when stderr is a terminal. Progress is never
+ * drawn when quiet is set (--json). In the automatic mode nothing appears
+ * for operations that end within about a second.
+ */
+void cli_progress_init(cli_progress *p, const char *label, int mode, int quiet);
+
+/* A dvar_progress_fn; userdata is the cli_progress. */
+void cli_progress_update(void *userdata, uint64_t done, uint64_t total);
+
+/* Erase the line if one was drawn. */
+void cli_progress_end(cli_progress *p);
+
+/* ------------------------------------------------------------------ JSON */
+
+#define CLI_JSON_MAX_DEPTH 16
+
+/* A streaming writer of one compact JSON document, ended by a newline. */
+typedef struct {
+	FILE *f;
+	int depth;
+	char closer[CLI_JSON_MAX_DEPTH];
+	unsigned char nonempty[CLI_JSON_MAX_DEPTH];
+} cli_json;
+
+/* Begins the document's top-level object with {"schema_version":1. */
+void cli_json_begin(cli_json *j, FILE *f);
+/* key is NULL for an array element. */
+void cli_json_object(cli_json *j, const char *key);
+void cli_json_array(cli_json *j, const char *key);
+/* Close the innermost object or array (the document after the last). */
+void cli_json_end(cli_json *j);
+/* value NULL writes null. */
+void cli_json_str(cli_json *j, const char *key, const char *value);
+void cli_json_u64(cli_json *j, const char *key, uint64_t v);
+void cli_json_i64(cli_json *j, const char *key, int64_t v);
+/* A non-finite v writes null. */
+void cli_json_real(cli_json *j, const char *key, double v);
+void cli_json_bool(cli_json *j, const char *key, int v);
+void cli_json_dims(cli_json *j, const char *key, const int64_t *v, int n);
+
+/* ----------------------------------------------------------------- walk */
+
+/*
+ * Walks a slice in row-major pieces of at most max_elems elements: the dims
+ * before `axis` advance one index at a time, `axis` in runs, the dims after
+ * it whole. Concatenated, the pieces are the slice in row-major order.
+ */
+typedef struct {
+	dvar_slice region;
+	int axis;
+	int64_t run;
+	int64_t idx[DVAR_MAX_RANK]; /* offsets into region of the next piece */
+	int done;
+} cli_walk;
+
+/* The budget in elements of dtype that fits max_bytes with per-element overhead. */
+uint64_t cli_walk_budget(uint64_t max_bytes, size_t bytes_per_elem);
+void cli_walk_init(cli_walk *w, const dvar_slice *region, uint64_t max_elems);
+/* The next piece and its element count; 0 when the walk is over. */
+int cli_walk_next(cli_walk *w, dvar_slice *piece, uint64_t *num_elems);
+
+/* ------------------------------------------------------------------ npy */
+
+/* A .npy file mapped read-only: its header parsed, data pointing into the mapping. */
+typedef struct {
+	int dtype;
+	dvar_shape shape;
+	const void *data;
+	uint64_t data_bytes;
+	uint64_t trailing; /* bytes after the array data (ignored) */
+	void *map;
+	size_t map_len;
+} cli_npy;
+
+/*
+ * Map and check path. On failure returns -1 with a message naming the file
+ * in err (and nothing left mapped).
+ */
+int cli_npy_open(cli_npy *out, const char *path, char *err, size_t cap);
+void cli_npy_close(cli_npy *n);
+
+/* The .npy descr of dtype ("<f4"); NULL for bfloat16, which numpy lacks. */
+const char *cli_npy_descr(int dtype);
+
+/* Write a v1.0 header padded to a multiple of 64 bytes, as numpy does. */
+int cli_npy_write_header(FILE *f, const char *descr, const dvar_shape *shape);
+
+#endif

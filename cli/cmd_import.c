@@ -1,0 +1,157 @@
+/*
+ * cli/cmd_import.c - `dvar import`: build a committed checkpoint from .npy
+ * files. Every file is mapped and checked before anything is written, and
+ * the mapped bytes go to the writer as they are (no copy). The library
+ * writes into a temporary directory and renames it at commit, so a failure
+ * leaves nothing at OUT.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+#define CHUNK_MIN 4096u
+#define CHUNK_MAX (1ull << 30)
+
+static const char *out_path;
+static cli_args pairs;
+static int no_compress;
+static uint64_t chunk_size;
+static int64_t step = -1;
+static int64_t keep = -1;
+static int progress = -1;
+
+static const cli_opt opts[] = {
+	{ CLI_OPT_ARG, "OUT", NULL, &out_path, 0, CLI_OPT_REQUIRED,
+	  "the checkpoint directory to create (with --step, a checkpoint root)" },
+	{ CLI_OPT_ARGS, "NAME=FILE.npy", NULL, &pairs, 0, CLI_OPT_REQUIRED,
+	  "save the array in FILE.npy as the variable NAME" },
+	{ CLI_OPT_SWITCH, "no-compress", NULL, &no_compress, 1, 0,
+	  "store every chunk raw (page-aligned, zero-copy readable)" },
+	{ CLI_OPT_BYTES, "chunk-size", "BYTES", &chunk_size, 0, 0,
+	  "raw bytes per chunk: a multiple of 4K from 4K to 1G (default 4M)" },
+	{ CLI_OPT_INT, "step", "N", &step, 0, 0,
+	  "write OUT/ckpt-N under the root OUT and make it the latest" },
+	{ CLI_OPT_INT, "keep", "K", &keep, 0, 0,
+	  "with --step: keep the K latest checkpoints, delete older ones\n(0 keeps all)" },
+	CLI_PROGRESS_OPTS(&progress),
+	{ CLI_OPT_END, NULL, NULL, NULL, 0, 0, NULL }
+};
+
+static const cli_usage usage = {
+	opts,
+	"Arrays must be C-order and little-endian (or byte-order-free): bool, int8-64,\n"
+	"uint8-64, float16, float32 or float64, of rank 0 to 8. numpy has no bfloat16,\n"
+	"so a bfloat16 variable cannot come from a .npy file. Chunks are compressed\n"
+	"with lz4 where that pays, unless --no-compress. Nothing is left at OUT when\n"
+	"the import fails.",
+	NULL
+};
+
+/* Split each NAME=FILE and reject duplicate names: usage errors, before any I/O. */
+static int split_pairs(const char **names, const char **files)
+{
+	for (int i = 0; i < pairs.n; i++) {
+		char *eq = strchr(pairs.v[i], '=');
+		if (!eq || eq == pairs.v[i] || eq[1] == '\0')
+			return cli_usage_error("import", "'%s' is not NAME=FILE.npy", pairs.v[i]);
+		*eq = '\0';
+		names[i] = pairs.v[i];
+		files[i] = eq + 1;
+		for (int j = 0; j < i; j++)
+			if (strcmp(names[j], names[i]) == 0)
+				return cli_usage_error("import", "variable '%s' is given twice", names[i]);
+	}
+	return 0;
+}
+
+static int check_options(void)
+{
+	if (keep >= 0 && step < 0)
+		return cli_usage_error("import", "--keep needs --step");
+	if (keep > INT32_MAX)
+		return cli_usage_error("import", "--keep %lld is too large", (long long)keep);
+	if (chunk_size && (chunk_size % CHUNK_MIN || chunk_size < CHUNK_MIN || chunk_size > CHUNK_MAX))
+		return cli_usage_error("import", "--chunk-size must be a multiple of 4096 "
+		                                 "from 4096 to 1 GiB");
+	return 0;
+}
+
+/* Open, add every array, commit. */
+static int write_checkpoint(const char **names, const cli_npy *arrays)
+{
+	dvar_write_options wo = DVAR_WRITE_OPTIONS_INIT;
+	dvar_writer *w = NULL;
+	cli_progress pr;
+	int rc;
+
+	cli_progress_init(&pr, "import", progress, 0);
+	wo.chunk_size = chunk_size;
+	wo.compress = no_compress ? DVAR_COMPRESS_NONE : DVAR_COMPRESS_AUTO;
+	wo.keep_last = keep > 0 ? (int)keep : 0;
+	wo.progress = cli_progress_update;
+	wo.progress_userdata = &pr;
+
+	if (step >= 0)
+		rc = dvar_writer_open_step(&w, out_path, step, &wo);
+	else
+		rc = dvar_writer_open(&w, out_path, &wo);
+	for (int i = 0; rc == DVAR_OK && i < pairs.n; i++) {
+		rc = dvar_writer_add(w, names[i], arrays[i].dtype, &arrays[i].shape, NULL,
+		                     arrays[i].data);
+	}
+	if (rc == DVAR_OK)
+		rc = dvar_writer_commit(w);
+	cli_progress_end(&pr);
+	if (rc != DVAR_OK)
+		cli_error_dvar("import");
+	dvar_writer_free(w);
+	return rc == DVAR_OK ? CLI_EXIT_OK : CLI_EXIT_RUNTIME;
+}
+
+int cmd_import(int argc, char **argv)
+{
+	char err[512];
+	struct stat st;
+	int rc = cli_parse(&usage, argc, argv);
+
+	if (rc != CLI_CONTINUE)
+		return rc;
+	if ((rc = check_options()) != 0)
+		return rc;
+	const char **names = calloc((size_t)pairs.n, sizeof(*names));
+	const char **files = calloc((size_t)pairs.n, sizeof(*files));
+	cli_npy *arrays = calloc((size_t)pairs.n, sizeof(*arrays));
+	int mapped = 0;
+	if (!names || !files || !arrays) {
+		rc = cli_error("import", "out of memory");
+		goto done;
+	}
+	if ((rc = split_pairs(names, files)) != 0)
+		goto done;
+	for (; mapped < pairs.n; mapped++) {
+		if (cli_npy_open(&arrays[mapped], files[mapped], err, sizeof(err)) != 0) {
+			rc = cli_error("import", "%s", err);
+			goto done;
+		}
+		if (arrays[mapped].trailing)
+			fprintf(stderr, "dvar import: note: '%s' has %llu bytes after the array data; "
+			                "they are ignored\n",
+			        files[mapped], (unsigned long long)arrays[mapped].trailing);
+	}
+
+	/* A root the import creates must not outlive a failed import. */
+	int root_existed = step >= 0 && stat(out_path, &st) == 0;
+	rc = write_checkpoint(names, arrays);
+	if (rc != CLI_EXIT_OK && step >= 0 && !root_existed)
+		rmdir(out_path);
+done:
+	for (int i = 0; i < mapped; i++)
+		cli_npy_close(&arrays[i]);
+	free(arrays);
+	free(files);
+	free(names);
+	return rc;
+}

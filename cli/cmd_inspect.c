@@ -1,0 +1,182 @@
+/*
+ * cli/cmd_inspect.c - `dvar inspect`: what a checkpoint's index says of each
+ * variable (dtype, shape, saved slices, raw and stored bytes, chunks), as a
+ * table or as one JSON document. Reads no data file.
+ */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+static const char *path;
+static int json;
+
+static const cli_opt opts[] = {
+	{ CLI_OPT_ARG, "PATH", NULL, &path, 0, CLI_OPT_REQUIRED,
+	  "a checkpoint directory, or a root with a `checkpoint` file" },
+	{ CLI_OPT_SWITCH, "json", NULL, &json, 1, 0, "print one JSON document on stdout" },
+	{ CLI_OPT_END, NULL, NULL, NULL, 0, 0, NULL }
+};
+
+static const cli_usage usage = {
+	opts,
+	"Slices are in TensorFlow's slice text: one \"start,length\" or \"-\" (whole)\n"
+	"per dimension, separated by ':'. RATIO is raw bytes over stored bytes.\n"
+	"--json prints {\"schema_version\":1,\"path\",\"variables\":[{\"name\",\"dtype\",\n"
+	"\"shape\",\"slices\":[{\"start\",\"length\"}],\"raw_bytes\",\"stored_bytes\",\n"
+	"\"num_chunks\"}],\"raw_bytes\",\"stored_bytes\",\"num_chunks\"}.",
+	NULL
+};
+
+/* One variable's cells of the table, formatted. */
+typedef struct {
+	char dtype[16], shape[200], raw[32], stored[32], ratio[16], chunks[24];
+} row;
+
+/* Room for the slice text of the largest shape: 8 x "start,length:". */
+#define SLICE_TEXT_MAX 400
+
+static void format_ratio(char *buf, size_t cap, uint64_t raw, uint64_t stored)
+{
+	if (stored)
+		snprintf(buf, cap, "%.2f", (double)raw / (double)stored);
+	else
+		snprintf(buf, cap, "-");
+}
+
+/* The saved slices of variable i, separated by spaces ("-" for a scalar). */
+static int print_slices(dvar_reader *r, size_t i)
+{
+	char text[SLICE_TEXT_MAX];
+	dvar_var_info v;
+	dvar_slice sl;
+	int rc = dvar_reader_var(r, i, &v);
+
+	for (size_t j = 0; rc == DVAR_OK && j < v.num_slices; j++) {
+		if ((rc = dvar_reader_var_slice(r, i, j, &sl)) != DVAR_OK)
+			break;
+		dvar_slice_format(&sl, &v.shape, text, sizeof(text));
+		printf("%s%s", j ? " " : "", text[0] ? text : "-");
+	}
+	putchar('\n');
+	return rc;
+}
+
+static int print_json(dvar_reader *r)
+{
+	size_t n = dvar_reader_num_vars(r);
+	uint64_t raw = 0, stored = 0, chunks = 0;
+	dvar_var_info v;
+	dvar_slice sl;
+	cli_json j;
+
+	cli_json_begin(&j, stdout);
+	cli_json_str(&j, "path", dvar_reader_path(r));
+	cli_json_array(&j, "variables");
+	for (size_t i = 0; i < n; i++) {
+		if (dvar_reader_var(r, i, &v) != DVAR_OK)
+			return cli_error_dvar("inspect");
+		cli_json_object(&j, NULL);
+		cli_json_str(&j, "name", v.name);
+		cli_json_str(&j, "dtype", dvar_dtype_name(v.dtype));
+		cli_json_dims(&j, "shape", v.shape.dims, v.shape.rank);
+		cli_json_array(&j, "slices");
+		for (size_t s = 0; s < v.num_slices; s++) {
+			if (dvar_reader_var_slice(r, i, s, &sl) != DVAR_OK)
+				return cli_error_dvar("inspect");
+			cli_json_object(&j, NULL);
+			cli_json_dims(&j, "start", sl.start, sl.rank);
+			cli_json_dims(&j, "length", sl.length, sl.rank);
+			cli_json_end(&j);
+		}
+		cli_json_end(&j);
+		cli_json_u64(&j, "raw_bytes", v.raw_bytes);
+		cli_json_u64(&j, "stored_bytes", v.stored_bytes);
+		cli_json_u64(&j, "num_chunks", v.num_chunks);
+		cli_json_end(&j);
+		raw += v.raw_bytes;
+		stored += v.stored_bytes;
+		chunks += v.num_chunks;
+	}
+	cli_json_end(&j);
+	cli_json_u64(&j, "raw_bytes", raw);
+	cli_json_u64(&j, "stored_bytes", stored);
+	cli_json_u64(&j, "num_chunks", chunks);
+	cli_json_end(&j);
+	return CLI_EXIT_OK;
+}
+
+/* Column widths first, then the rows; the slices come last as they can be long. */
+static int print_table(dvar_reader *r)
+{
+	size_t n = dvar_reader_num_vars(r);
+	uint64_t raw = 0, stored = 0, chunks = 0;
+	int w[7] = { 4, 5, 5, 3, 6, 5, 6 }; /* the headings' widths */
+	row *rows = calloc(n ? n : 1, sizeof(*rows));
+	const char **names = calloc(n ? n : 1, sizeof(*names));
+	char traw[32], tstored[32], ratio[16];
+	dvar_var_info v;
+	int rc = DVAR_OK;
+
+	if (!rows || !names) {
+		free(rows);
+		free(names);
+		return cli_error("inspect", "out of memory");
+	}
+	for (size_t i = 0; i < n && rc == DVAR_OK; i++) {
+		row *x = &rows[i];
+		if ((rc = dvar_reader_var(r, i, &v)) != DVAR_OK)
+			break;
+		names[i] = v.name;
+		snprintf(x->dtype, sizeof(x->dtype), "%s", dvar_dtype_name(v.dtype));
+		dvar_shape_format(&v.shape, x->shape, sizeof(x->shape));
+		cli_format_bytes(x->raw, sizeof(x->raw), v.raw_bytes);
+		cli_format_bytes(x->stored, sizeof(x->stored), v.stored_bytes);
+		format_ratio(x->ratio, sizeof(x->ratio), v.raw_bytes, v.stored_bytes);
+		snprintf(x->chunks, sizeof(x->chunks), "%zu", v.num_chunks);
+		const char *cells[7] = { names[i], x->dtype, x->shape, x->raw, x->stored, x->ratio,
+		                         x->chunks };
+		for (int c = 0; c < 7; c++)
+			if ((int)strlen(cells[c]) > w[c])
+				w[c] = (int)strlen(cells[c]);
+		raw += v.raw_bytes;
+		stored += v.stored_bytes;
+		chunks += v.num_chunks;
+	}
+	if (rc == DVAR_OK) {
+		printf("%s\n", dvar_reader_path(r));
+		printf("%-*s  %-*s  %-*s  %*s  %*s  %*s  %*s  SLICES\n", w[0], "NAME", w[1], "DTYPE",
+		       w[2], "SHAPE", w[3], "RAW", w[4], "STORED", w[5], "RATIO", w[6], "CHUNKS");
+	}
+	for (size_t i = 0; i < n && rc == DVAR_OK; i++) {
+		row *x = &rows[i];
+		printf("%-*s  %-*s  %-*s  %*s  %*s  %*s  %*s  ", w[0], names[i], w[1], x->dtype,
+		       w[2], x->shape, w[3], x->raw, w[4], x->stored, w[5], x->ratio, w[6], x->chunks);
+		rc = print_slices(r, i);
+	}
+	if (rc == DVAR_OK) {
+		cli_format_bytes(traw, sizeof(traw), raw);
+		cli_format_bytes(tstored, sizeof(tstored), stored);
+		format_ratio(ratio, sizeof(ratio), raw, stored);
+		printf("%zu variables, %" PRIu64 " chunks, %s raw, %s stored, ratio %s\n", n, chunks,
+		       traw, tstored, ratio);
+	}
+	free(rows);
+	free(names);
+	return rc == DVAR_OK ? CLI_EXIT_OK : cli_error_dvar("inspect");
+}
+
+int cmd_inspect(int argc, char **argv)
+{
+	dvar_reader *r = NULL;
+	int rc = cli_parse(&usage, argc, argv);
+
+	if (rc != CLI_CONTINUE)
+		return rc;
+	if (dvar_reader_open(&r, path, NULL) != DVAR_OK)
+		return cli_error_dvar("inspect");
+	rc = json ? print_json(r) : print_table(r);
+	dvar_reader_free(r);
+	return rc;
+}

@@ -1,0 +1,70 @@
+/*
+ * cli/progress.c - one progress line on stderr, redrawn in place with '\r'.
+ * Only on a terminal (or when forced), never with --json, at most about six
+ * times a second, and in the automatic mode only once an operation has run
+ * for a second, so quick commands print nothing extra.
+ */
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+#define PROGRESS_INTERVAL (1.0 / 6)
+#define PROGRESS_DELAY 1.0
+
+static double now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void cli_progress_init(cli_progress *p, const char *label, int mode, int quiet)
+{
+	memset(p, 0, sizeof(*p));
+	p->label = label;
+	if (mode < 0)
+		mode = isatty(STDERR_FILENO);
+	p->enabled = mode && !quiet;
+	p->eager = mode == 1 && !quiet;
+	p->start = p->last = now();
+}
+
+void cli_progress_update(void *userdata, uint64_t done, uint64_t total)
+{
+	cli_progress *p = userdata;
+	char line[160], d[32], t[32];
+
+	if (!p->enabled)
+		return;
+	double tnow = now();
+	if (!p->eager && tnow - p->start < PROGRESS_DELAY)
+		return;
+	/* The first draw is never throttled, later ones are. */
+	if (p->width && tnow - p->last < PROGRESS_INTERVAL)
+		return;
+	p->last = tnow;
+
+	cli_format_bytes(d, sizeof(d), done);
+	cli_format_bytes(t, sizeof(t), total);
+	int pct = total ? (int)(done * 100.0 / (double)total) : 100;
+	int n = snprintf(line, sizeof(line), "%s: %3d%% (%s of %s)", p->label, pct, d, t);
+	if (n < 0)
+		return;
+	/* Pad with spaces over what is left of a longer previous line. */
+	int pad = (size_t)n < p->width ? (int)(p->width - (size_t)n) : 0;
+	fprintf(stderr, "\r%s%*s", line, pad, "");
+	fflush(stderr);
+	p->width = (size_t)n + (size_t)pad;
+}
+
+void cli_progress_end(cli_progress *p)
+{
+	if (!p->width)
+		return;
+	fprintf(stderr, "\r%*s\r", (int)p->width, "");
+	fflush(stderr);
+	p->width = 0;
+}

@@ -1,0 +1,83 @@
+/*
+ * core/core.h - private helpers every module of libdvar shares: setting the
+ * thread-local error, crc32c, the thread pool and a monotonic clock.
+ * Not installed; include/dvar/ is the public API.
+ */
+#ifndef DVAR_CORE_PRIVATE_H
+#define DVAR_CORE_PRIVATE_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dvar/common.h"
+#include "dvar/core.h"
+
+#if defined(__GNUC__)
+#define DVAR_PRINTF(f, a) __attribute__((format(printf, f, a)))
+#else
+#define DVAR_PRINTF(f, a)
+#endif
+
+/* ---------------------------------------------------------------- errors */
+
+/**
+ * Record an error on this thread (the message is printf-formatted) and
+ * return code, so that `return dvar_error_set(DVAR_EINVAL, "...")` reads well.
+ */
+int dvar_error_set(int code, const char *fmt, ...) DVAR_PRINTF(2, 3);
+
+/** Like dvar_error_set with errno's text appended: "open 'x': No such file". */
+int dvar_error_set_errno(int code, int errnum, const char *fmt, ...) DVAR_PRINTF(3, 4);
+
+/**
+ * Put context in front of the current message: "reading 'w': <old message>".
+ * Returns the current code.
+ */
+int dvar_error_prefix(const char *fmt, ...) DVAR_PRINTF(1, 2);
+
+/** Copy another thread's error (a pool worker's) onto this thread. */
+int dvar_error_restore(int code, const char *message);
+
+#define DVAR_ERROR_MESSAGE_MAX 1024
+
+/* ---------------------------------------------------------------- crc32c */
+
+/** CRC-32C (Castagnoli) of buf, continuing from crc (0 to start). SSE4.2 when available. */
+uint32_t dvar_crc32c_extend(uint32_t crc, const void *buf, size_t len);
+#define dvar_crc32c(buf, len) dvar_crc32c_extend(0, (buf), (len))
+
+/** The CRC of A||B from crc(A), crc(B) and len(B). */
+uint32_t dvar_crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b);
+
+/* The two implementations behind dvar_crc32c_extend, for tests and benchmarks:
+ * the portable slice-by-8 tables, and SSE4.2 (DVAR_ENOTSUPP, *out untouched,
+ * where the CPU or the build lacks it). */
+uint32_t dvar_crc32c__table(uint32_t crc, const void *buf, size_t len);
+int dvar_crc32c__hw(uint32_t crc, const void *buf, size_t len, uint32_t *out);
+
+/* ---------------------------------------------------------------- thread pool */
+
+typedef struct dvar_pool dvar_pool;
+
+/** A pool of n worker threads (n <= 0: one per online CPU). */
+int dvar_pool_create(dvar_pool **out, int n);
+void dvar_pool_free(dvar_pool *pool); /* NULL is a no-op */
+int dvar_pool_size(const dvar_pool *pool);
+
+/**
+ * Run fn(ctx, i) for i in [0, n) on the pool's threads and the caller's, and
+ * wait for all. Every task runs even when one fails; the first failure (in
+ * task order) is returned and its error message copied to the caller's
+ * thread. fn returns DVAR_OK or an error set with dvar_error_set.
+ * A pool runs one dvar_pool_for at a time (calls from several threads are
+ * serialized).
+ */
+int dvar_pool_for(dvar_pool *pool, size_t n, int (*fn)(void *ctx, size_t i), void *ctx);
+
+/* ---------------------------------------------------------------- misc */
+
+/** Monotonic clock in seconds. */
+double dvar_now(void);
+
+#endif

@@ -1,0 +1,193 @@
+/*
+ * core/pool.c - a fixed pool of worker threads for parallel loops (checksum,
+ * compress, copy). dvar_pool_for hands out task indices through an atomic
+ * counter; the calling thread works too, so a pool of size n runs n-1 workers.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/core.h"
+
+struct dvar_pool {
+	int size;
+	int nworkers;
+	pthread_t *workers;
+	pthread_mutex_t call_lock; /* one dvar_pool_for at a time */
+
+	pthread_mutex_t lock; /* guards everything below */
+	pthread_cond_t work_cv;
+	pthread_cond_t done_cv;
+	uint64_t generation; /* bumped to start a loop */
+	int stop;
+	int busy; /* workers still inside the current loop */
+
+	/* The current loop. */
+	int (*fn)(void *ctx, size_t i);
+	void *ctx;
+	size_t n;
+	atomic_size_t next;
+
+	/* Its first failure in task order. */
+	size_t fail_index;
+	int fail_code;
+	char fail_message[DVAR_ERROR_MESSAGE_MAX];
+};
+
+static void record_failure(dvar_pool *pool, size_t i, int rc)
+{
+	pthread_mutex_lock(&pool->lock);
+	if (i < pool->fail_index) {
+		pool->fail_index = i;
+		pool->fail_code = rc;
+		/* The message lives in this thread's record; the caller cannot see it. */
+		strcpy(pool->fail_message, dvar_error_last()->message);
+	}
+	pthread_mutex_unlock(&pool->lock);
+}
+
+static void run_tasks(dvar_pool *pool)
+{
+	for (;;) {
+		size_t i = atomic_fetch_add_explicit(&pool->next, 1, memory_order_relaxed);
+		int rc;
+
+		if (i >= pool->n)
+			return;
+		dvar_error_clear();
+		rc = pool->fn(pool->ctx, i);
+		if (rc != DVAR_OK)
+			record_failure(pool, i, rc);
+	}
+}
+
+static void *worker_main(void *arg)
+{
+	dvar_pool *pool = arg;
+	uint64_t seen = 0;
+
+	pthread_mutex_lock(&pool->lock);
+	for (;;) {
+		while (!pool->stop && pool->generation == seen)
+			pthread_cond_wait(&pool->work_cv, &pool->lock);
+		if (pool->stop)
+			break;
+		seen = pool->generation;
+		pthread_mutex_unlock(&pool->lock);
+		run_tasks(pool);
+		pthread_mutex_lock(&pool->lock);
+		if (--pool->busy == 0)
+			pthread_cond_signal(&pool->done_cv);
+	}
+	pthread_mutex_unlock(&pool->lock);
+	return NULL;
+}
+
+static void stop_workers(dvar_pool *pool, int started)
+{
+	pthread_mutex_lock(&pool->lock);
+	pool->stop = 1;
+	pthread_cond_broadcast(&pool->work_cv);
+	pthread_mutex_unlock(&pool->lock);
+	for (int i = 0; i < started; i++)
+		pthread_join(pool->workers[i], NULL);
+}
+
+static void destroy(dvar_pool *pool)
+{
+	pthread_cond_destroy(&pool->done_cv);
+	pthread_cond_destroy(&pool->work_cv);
+	pthread_mutex_destroy(&pool->lock);
+	pthread_mutex_destroy(&pool->call_lock);
+	free(pool->workers);
+	free(pool);
+}
+
+int dvar_pool_create(dvar_pool **out, int n)
+{
+	dvar_pool *pool;
+	int rc = DVAR_OK;
+
+	if (n <= 0) {
+		long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+		n = cpus > 0 ? (int)cpus : 1;
+	}
+	pool = calloc(1, sizeof *pool);
+	if (!pool)
+		return dvar_error_set(DVAR_ENOMEM, "thread pool: out of memory");
+	pool->size = n;
+	pool->workers = calloc((size_t)n, sizeof *pool->workers);
+	if (!pool->workers) {
+		free(pool);
+		return dvar_error_set(DVAR_ENOMEM, "thread pool of %d: out of memory", n);
+	}
+	pthread_mutex_init(&pool->call_lock, NULL);
+	pthread_mutex_init(&pool->lock, NULL);
+	pthread_cond_init(&pool->work_cv, NULL);
+	pthread_cond_init(&pool->done_cv, NULL);
+	for (; pool->nworkers < n - 1; pool->nworkers++) {
+		int err = pthread_create(&pool->workers[pool->nworkers], NULL, worker_main, pool);
+		if (err) {
+			rc = dvar_error_set_errno(err == EAGAIN ? DVAR_ENOMEM : DVAR_ERROR, err,
+			                          "thread pool: starting thread %d of %d",
+			                          pool->nworkers + 1, n - 1);
+			goto done;
+		}
+	}
+	*out = pool;
+done:
+	if (rc != DVAR_OK) {
+		stop_workers(pool, pool->nworkers);
+		destroy(pool);
+	}
+	return rc;
+}
+
+void dvar_pool_free(dvar_pool *pool)
+{
+	if (!pool)
+		return;
+	stop_workers(pool, pool->nworkers);
+	destroy(pool);
+}
+
+int dvar_pool_size(const dvar_pool *pool)
+{
+	return pool->size;
+}
+
+int dvar_pool_for(dvar_pool *pool, size_t n, int (*fn)(void *ctx, size_t i), void *ctx)
+{
+	int rc = DVAR_OK;
+
+	if (n == 0)
+		return DVAR_OK;
+	pthread_mutex_lock(&pool->call_lock);
+	pool->fn = fn;
+	pool->ctx = ctx;
+	pool->n = n;
+	pool->fail_index = SIZE_MAX;
+	atomic_store_explicit(&pool->next, 0, memory_order_relaxed);
+	/* One task needs no wake-ups. */
+	if (pool->nworkers > 0 && n > 1) {
+		pthread_mutex_lock(&pool->lock);
+		pool->busy = pool->nworkers;
+		pool->generation++;
+		pthread_cond_broadcast(&pool->work_cv);
+		pthread_mutex_unlock(&pool->lock);
+		run_tasks(pool);
+		pthread_mutex_lock(&pool->lock);
+		while (pool->busy > 0)
+			pthread_cond_wait(&pool->done_cv, &pool->lock);
+		pthread_mutex_unlock(&pool->lock);
+	} else {
+		run_tasks(pool);
+	}
+	if (pool->fail_index != SIZE_MAX)
+		rc = dvar_error_restore(pool->fail_code, pool->fail_message);
+	pthread_mutex_unlock(&pool->call_lock);
+	return rc;
+}

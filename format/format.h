@@ -1,0 +1,170 @@
+/*
+ * format/format.h - private to libdvar: the in-memory form of a checkpoint's
+ * index, its encoding (entry.c), the LevelDB table behind it (index.cc) and
+ * the file-system helpers the writer, reader and root code share (fsutil.c).
+ * docs/FORMAT.md describes the same bytes for people.
+ */
+#ifndef DVAR_FORMAT_PRIVATE_H
+#define DVAR_FORMAT_PRIVATE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/core.h"
+#include "dvar/format.h"
+
+DVAR_BEGIN_DECL
+
+#define DVAR_FORMAT_VERSION 1     /* what this code writes */
+#define DVAR_FORMAT_MIN_READER 1  /* the oldest reader that can read it */
+#define DVAR_MAGIC "DVAR"
+#define DVAR_ALIGN 4096u          /* every chunk starts at a multiple of this */
+#define DVAR_BLOCK_SIZE 65536u    /* checksum block of raw chunks */
+#define DVAR_MAX_NAME 1024
+#define DVAR_INDEX_NAME "index"
+#define DVAR_POINTER_NAME "checkpoint"
+
+enum { DVAR_CODEC_RAW = 0, DVAR_CODEC_LZ4 = 1 };
+
+/* One chunk of a saved slice: raw bytes [i*chunk_size, ...) of the slice. */
+typedef struct {
+	uint64_t offset;      /* in its data file, DVAR_ALIGN-aligned */
+	uint64_t stored;      /* bytes in the file (= raw length when raw) */
+	uint32_t crc;         /* crc32c of the chunk's raw bytes */
+	uint8_t codec;        /* DVAR_CODEC_* */
+	uint32_t first_block; /* raw chunks: index into the slice's block_crcs */
+} dvar_chunk;
+
+/* One saved slice of a variable. */
+typedef struct {
+	dvar_slice slice;
+	uint32_t file;         /* data file id */
+	uint64_t chunk_size;   /* raw bytes per chunk (the last may be shorter) */
+	uint64_t raw_bytes;    /* the slice's byte count */
+	size_t num_chunks;
+	dvar_chunk *chunks;
+	size_t num_block_crcs;
+	uint32_t *block_crcs;  /* per DVAR_BLOCK_SIZE block of each raw chunk */
+} dvar_slice_entry;
+
+/* One variable: the index's "v" entry plus its "s" entries. */
+typedef struct {
+	char *name;
+	int dtype;
+	dvar_shape shape;
+	uint64_t raw_bytes;
+	uint64_t stored_bytes;
+	size_t num_slices;
+	dvar_slice_entry *slices;
+} dvar_var_entry;
+
+/* The header entry. */
+typedef struct {
+	uint32_t version;
+	uint32_t min_reader;
+	uint32_t num_files;
+	uint64_t *file_sizes;
+	uint32_t block_size;
+	uint64_t num_vars;
+} dvar_header;
+
+/* ---------------------------------------------------------------- entry.c */
+
+/* A growable byte buffer; free data with free(). */
+typedef struct {
+	unsigned char *data;
+	size_t len, cap;
+} dvar_bytes;
+
+int dvar_bytes_reserve(dvar_bytes *b, size_t extra);
+int dvar_bytes_put(dvar_bytes *b, const void *p, size_t n);
+int dvar_bytes_put_varint(dvar_bytes *b, uint64_t v);
+int dvar_bytes_put_u32(dvar_bytes *b, uint32_t v);
+
+/* Index keys: "" (header), "v"+name (variable), "s"+name+"\0"+u32 BE (slice). */
+int dvar_key_var(dvar_bytes *out, const char *name);
+int dvar_key_slice(dvar_bytes *out, const char *name, uint32_t j);
+
+int dvar_header_encode(dvar_bytes *out, const dvar_header *h);
+int dvar_var_encode(dvar_bytes *out, const dvar_var_entry *v);
+int dvar_slice_entry_encode(dvar_bytes *out, const dvar_slice_entry *s);
+
+/* Decoders check every field; errors are DVAR_ECORRUPT naming `what`. */
+int dvar_header_decode(dvar_header *out, const void *p, size_t n);
+int dvar_var_decode(dvar_var_entry *out, const char *name, const void *p, size_t n);
+int dvar_slice_entry_decode(dvar_slice_entry *out, const void *p, size_t n, const char *what);
+
+void dvar_header_clear(dvar_header *h);
+void dvar_slice_entry_clear(dvar_slice_entry *s);
+void dvar_var_entry_clear(dvar_var_entry *v);
+
+/* Raw length of chunk i of s, and the number of checksum blocks it has. */
+uint64_t dvar_chunk_raw_len(const dvar_slice_entry *s, size_t i);
+uint32_t dvar_chunk_num_blocks(const dvar_slice_entry *s, size_t i);
+
+/* "data-00001-of-00004" into buf (at least 32 bytes). */
+void dvar_data_file_name(char *buf, size_t cap, uint32_t file, uint32_t num_files);
+
+/* ---------------------------------------------------------------- index.cc */
+
+typedef struct dvar_index_builder dvar_index_builder;
+
+/* A new table file at path; keys must be added in strictly increasing order. */
+int dvar_index_builder_open(dvar_index_builder **out, const char *path);
+int dvar_index_builder_add(dvar_index_builder *b, const void *key, size_t klen,
+                           const void *val, size_t vlen);
+/* Finish the table, fsync and close it. */
+int dvar_index_builder_finish(dvar_index_builder *b);
+void dvar_index_builder_free(dvar_index_builder *b);
+
+typedef int (*dvar_index_visit_fn)(void *ud, const void *key, size_t klen,
+                                   const void *val, size_t vlen);
+
+/* Open the table at path read-only, verify block checksums and visit every entry in order. */
+int dvar_index_scan(const char *path, dvar_index_visit_fn fn, void *ud);
+
+/* ---------------------------------------------------------------- fsutil.c */
+
+/* Test hook: called at named points of a save (see tests/unit/format). */
+extern void (*dvar__fault_hook)(const char *point);
+#define DVAR_FAULT_POINT(name) do { if (dvar__fault_hook) dvar__fault_hook(name); } while (0)
+
+char *dvar_path_join(const char *a, const char *b);           /* malloc'ed; NULL on ENOMEM */
+int dvar_fs_exists(const char *path);                         /* 1 / 0 */
+int dvar_fs_is_dir(const char *path);                         /* 1 / 0 */
+int dvar_fs_mkdirs(const char *path);
+int dvar_fs_fsync_path(const char *path);                     /* file or directory */
+int dvar_fs_rmtree(const char *path);
+int dvar_fs_pwrite_all(int fd, const void *buf, size_t len, uint64_t off, const char *what);
+/* Reads exactly len bytes; a short read is DVAR_ECORRUPT ("truncated"). */
+int dvar_fs_pread_all(int fd, void *buf, size_t len, uint64_t off, const char *what);
+int dvar_fs_read_file(const char *path, char **out, size_t *len, size_t max);
+/* Write dir/name atomically: dir/name.tmp-<pid>, fsync, rename, fsync dir. */
+int dvar_fs_write_atomic(const char *dir, const char *name, const void *data, size_t len);
+/* Rename that fails with DVAR_EEXISTS when to exists (even as an empty directory). */
+int dvar_fs_rename_noreplace(const char *from, const char *to);
+uint64_t dvar_fs_dir_bytes(const char *path);      /* regular files, one level */
+void *dvar_aligned_alloc(size_t size);                        /* DVAR_ALIGN-aligned; free() */
+
+/* ---------------------------------------------------------------- root.c */
+
+/* The pointer file's content. */
+typedef struct {
+	char *latest;
+	size_t num_kept;
+	char **kept;
+} dvar_pointer;
+
+int dvar_pointer_read(dvar_pointer *out, const char *root); /* DVAR_ENOTFOUND when absent */
+int dvar_pointer_write(const char *root, const dvar_pointer *p);
+void dvar_pointer_clear(dvar_pointer *p);
+
+/* Resolve a checkpoint directory or a root (its latest) to a malloc'ed directory path. */
+int dvar_resolve_checkpoint(const char *path, char **out);
+
+/* After committing root/name: make it latest, keep the last keep_last (0 = all). */
+int dvar_root_publish(const char *root, const char *name, int keep_last);
+
+DVAR_END_DECL
+
+#endif

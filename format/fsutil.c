@@ -1,0 +1,255 @@
+/*
+ * format/fsutil.c - the file-system steps a crash-safe checkpoint is made
+ * of: positioned reads and writes that finish or fail loudly, fsync of files
+ * and directories, rename that never replaces, atomic small-file writes.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "format/format.h"
+
+void (*dvar__fault_hook)(const char *point);
+
+char *dvar_path_join(const char *a, const char *b)
+{
+	size_t la = strlen(a), lb = strlen(b);
+	char *p = malloc(la + lb + 2);
+	if (!p)
+		return NULL;
+	memcpy(p, a, la);
+	size_t n = la;
+	if (n && p[n - 1] != '/')
+		p[n++] = '/';
+	memcpy(p + n, b, lb + 1);
+	return p;
+}
+
+int dvar_fs_exists(const char *path)
+{
+	struct stat st;
+	return stat(path, &st) == 0;
+}
+
+int dvar_fs_is_dir(const char *path)
+{
+	struct stat st;
+	return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+int dvar_fs_mkdirs(const char *path)
+{
+	char *p = strdup(path);
+	int rc = DVAR_OK;
+	if (!p)
+		return dvar_error_set(DVAR_ENOMEM, "out of memory");
+	for (char *s = p + 1; ; s++) {
+		if (*s != '/' && *s != '\0')
+			continue;
+		char c = *s;
+		*s = '\0';
+		if (mkdir(p, 0777) != 0 && errno != EEXIST) {
+			rc = dvar_error_set_errno(DVAR_EIO, errno, "create directory '%s'", p);
+			break;
+		}
+		*s = c;
+		if (!c)
+			break;
+	}
+	if (rc == DVAR_OK && !dvar_fs_is_dir(path))
+		rc = dvar_error_set(DVAR_EIO, "'%s' exists and is not a directory", path);
+	free(p);
+	return rc;
+}
+
+int dvar_fs_fsync_path(const char *path)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return dvar_error_set_errno(DVAR_EIO, errno, "open '%s' for fsync", path);
+	int rc = DVAR_OK;
+	if (fsync(fd) != 0)
+		rc = dvar_error_set_errno(DVAR_EIO, errno, "fsync '%s'", path);
+	close(fd);
+	return rc;
+}
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	(void)st; (void)ftw;
+	if ((flag == FTW_DP ? rmdir(path) : unlink(path)) != 0 && errno != ENOENT)
+		return dvar_error_set_errno(DVAR_EIO, errno, "remove '%s'", path);
+	return 0;
+}
+
+int dvar_fs_rmtree(const char *path)
+{
+	if (!dvar_fs_exists(path))
+		return DVAR_OK;
+	int rc = nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+	if (rc == -1)
+		return dvar_error_set_errno(DVAR_EIO, errno, "remove '%s'", path);
+	return rc;
+}
+
+int dvar_fs_pwrite_all(int fd, const void *buf, size_t len, uint64_t off, const char *what)
+{
+	const char *p = buf;
+	while (len) {
+		ssize_t n = pwrite(fd, p, len, (off_t)off);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return dvar_error_set_errno(DVAR_EIO, errno, "write %zu bytes at offset %llu of '%s'",
+			                            len, (unsigned long long)off, what);
+		}
+		p += n;
+		off += (uint64_t)n;
+		len -= (size_t)n;
+	}
+	return DVAR_OK;
+}
+
+int dvar_fs_pread_all(int fd, void *buf, size_t len, uint64_t off, const char *what)
+{
+	char *p = buf;
+	uint64_t start = off;
+	while (len) {
+		ssize_t n = pread(fd, p, len, (off_t)off);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return dvar_error_set_errno(DVAR_EIO, errno, "read %zu bytes at offset %llu of '%s'",
+			                            len, (unsigned long long)off, what);
+		}
+		if (n == 0)
+			return dvar_error_set(DVAR_ECORRUPT, "'%s' is truncated: it ends at byte %llu, "
+			                      "reading bytes %llu..%llu", what, (unsigned long long)off,
+			                      (unsigned long long)start, (unsigned long long)(off + len));
+		p += n;
+		off += (uint64_t)n;
+		len -= (size_t)n;
+	}
+	return DVAR_OK;
+}
+
+int dvar_fs_read_file(const char *path, char **out, size_t *len, size_t max)
+{
+	*out = NULL;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return dvar_error_set_errno(errno == ENOENT ? DVAR_ENOTFOUND : DVAR_EIO, errno,
+		                            "open '%s'", path);
+	struct stat st;
+	int rc = DVAR_OK;
+	char *buf = NULL;
+	if (fstat(fd, &st) != 0) {
+		rc = dvar_error_set_errno(DVAR_EIO, errno, "stat '%s'", path);
+		goto done;
+	}
+	if ((uint64_t)st.st_size > max) {
+		rc = dvar_error_set(DVAR_ECORRUPT, "'%s' is %lld bytes, more than the %zu expected",
+		                    path, (long long)st.st_size, max);
+		goto done;
+	}
+	if (!(buf = malloc((size_t)st.st_size + 1))) {
+		rc = dvar_error_set(DVAR_ENOMEM, "out of memory");
+		goto done;
+	}
+	if ((rc = dvar_fs_pread_all(fd, buf, (size_t)st.st_size, 0, path)))
+		goto done;
+	buf[st.st_size] = '\0';
+	*out = buf;
+	*len = (size_t)st.st_size;
+	buf = NULL;
+done:
+	free(buf);
+	close(fd);
+	return rc;
+}
+
+int dvar_fs_write_atomic(const char *dir, const char *name, const void *data, size_t len)
+{
+	char tmpname[256];
+	snprintf(tmpname, sizeof(tmpname), "%s.tmp-%ld", name, (long)getpid());
+	char *tmp = dvar_path_join(dir, tmpname), *final = dvar_path_join(dir, name);
+	int fd = -1, rc = DVAR_OK;
+	if (!tmp || !final) {
+		rc = dvar_error_set(DVAR_ENOMEM, "out of memory");
+		goto done;
+	}
+	if ((fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666)) < 0) {
+		rc = dvar_error_set_errno(DVAR_EIO, errno, "create '%s'", tmp);
+		goto done;
+	}
+	if ((rc = dvar_fs_pwrite_all(fd, data, len, 0, tmp)))
+		goto done;
+	if (fsync(fd) != 0) {
+		rc = dvar_error_set_errno(DVAR_EIO, errno, "fsync '%s'", tmp);
+		goto done;
+	}
+	close(fd);
+	fd = -1;
+	DVAR_FAULT_POINT("atomic-before-rename");
+	if (rename(tmp, final) != 0) {
+		rc = dvar_error_set_errno(DVAR_EIO, errno, "rename '%s' to '%s'", tmp, final);
+		goto done;
+	}
+	rc = dvar_fs_fsync_path(dir);
+done:
+	if (fd >= 0)
+		close(fd);
+	if (rc && tmp)
+		unlink(tmp);
+	free(tmp);
+	free(final);
+	return rc;
+}
+
+int dvar_fs_rename_noreplace(const char *from, const char *to)
+{
+	if (renameat2(AT_FDCWD, from, AT_FDCWD, to, RENAME_NOREPLACE) == 0)
+		return DVAR_OK;
+	if (errno == EEXIST)
+		return dvar_error_set(DVAR_EEXISTS, "'%s' already exists", to);
+	if (errno != EINVAL && errno != ENOSYS)
+		return dvar_error_set_errno(DVAR_EIO, errno, "rename '%s' to '%s'", from, to);
+	/* A file system without RENAME_NOREPLACE: check, then rename (racy, but
+	 * rename(2) still refuses a non-empty target directory). */
+	if (dvar_fs_exists(to))
+		return dvar_error_set(DVAR_EEXISTS, "'%s' already exists", to);
+	if (rename(from, to) != 0)
+		return dvar_error_set_errno(DVAR_EIO, errno, "rename '%s' to '%s'", from, to);
+	return DVAR_OK;
+}
+
+uint64_t dvar_fs_dir_bytes(const char *path)
+{
+	/* Checkpoint directories are flat: sum the regular files one level down. */
+	DIR *d = opendir(path);
+	uint64_t sum = 0;
+	if (!d)
+		return 0;
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		struct stat st;
+		if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode))
+			sum += (uint64_t)st.st_size;
+	}
+	closedir(d);
+	return sum;
+}
+
+void *dvar_aligned_alloc(size_t size)
+{
+	void *p = NULL;
+	if (posix_memalign(&p, DVAR_ALIGN, size ? size : DVAR_ALIGN) != 0)
+		return NULL;
+	return p;
+}

@@ -1,0 +1,117 @@
+/*
+ * format/index.cc - the checkpoint index as one immutable LevelDB table,
+ * written with LevelDB's TableBuilder and read with its Table reader (the
+ * container TensorFlow uses for .index files), behind a C interface. The
+ * only C++ in libdvar; nothing LevelDB leaves this file.
+ */
+#include <leveldb/env.h>
+#include <leveldb/iterator.h>
+#include <leveldb/options.h>
+#include <leveldb/table.h>
+#include <leveldb/table_builder.h>
+
+#include <memory>
+#include <new>
+#include <string>
+
+#include "format/format.h"
+
+struct dvar_index_builder {
+	std::string path;
+	std::unique_ptr<leveldb::WritableFile> file;
+	leveldb::Options options;
+	std::unique_ptr<leveldb::TableBuilder> table;
+};
+
+static int index_error(int code, const char *op, const std::string &path, const leveldb::Status &s)
+{
+	return dvar_error_set(code, "index '%s': %s: %s", path.c_str(), op, s.ToString().c_str());
+}
+
+extern "C" int dvar_index_builder_open(dvar_index_builder **out, const char *path)
+{
+	*out = nullptr;
+	dvar_index_builder *b = new (std::nothrow) dvar_index_builder();
+	if (!b)
+		return dvar_error_set(DVAR_ENOMEM, "index '%s': out of memory", path);
+	b->path = path;
+	leveldb::WritableFile *f = nullptr;
+	leveldb::Status s = leveldb::Env::Default()->NewWritableFile(path, &f);
+	if (!s.ok()) {
+		delete b;
+		return index_error(DVAR_EIO, "create", path, s);
+	}
+	b->file.reset(f);
+	/* Uncompressed 256 KiB blocks, as TensorFlow writes its bundles. */
+	b->options.compression = leveldb::kNoCompression;
+	b->options.block_size = 256 << 10;
+	b->table.reset(new leveldb::TableBuilder(b->options, f));
+	*out = b;
+	return DVAR_OK;
+}
+
+extern "C" int dvar_index_builder_add(dvar_index_builder *b, const void *key, size_t klen,
+                                      const void *val, size_t vlen)
+{
+	b->table->Add(leveldb::Slice((const char *)key, klen), leveldb::Slice((const char *)val, vlen));
+	if (!b->table->status().ok())
+		return index_error(DVAR_EIO, "add", b->path, b->table->status());
+	return DVAR_OK;
+}
+
+extern "C" int dvar_index_builder_finish(dvar_index_builder *b)
+{
+	leveldb::Status s = b->table->Finish();
+	if (!s.ok())
+		return index_error(DVAR_EIO, "finish", b->path, s);
+	if (!(s = b->file->Sync()).ok())
+		return index_error(DVAR_EIO, "fsync", b->path, s);
+	if (!(s = b->file->Close()).ok())
+		return index_error(DVAR_EIO, "close", b->path, s);
+	return DVAR_OK;
+}
+
+extern "C" void dvar_index_builder_free(dvar_index_builder *b)
+{
+	if (!b)
+		return;
+	/* A TableBuilder must be finished or abandoned before it is destroyed. */
+	if (b->table) {
+		b->table->Abandon();
+		b->table.reset();
+	}
+	delete b;
+}
+
+extern "C" int dvar_index_scan(const char *path, dvar_index_visit_fn fn, void *ud)
+{
+	leveldb::Env *env = leveldb::Env::Default();
+	uint64_t size = 0;
+	leveldb::Status s = env->GetFileSize(path, &size);
+	if (!s.ok())
+		return index_error(s.IsNotFound() ? DVAR_ENOTFOUND : DVAR_EIO, "open", path, s);
+	leveldb::RandomAccessFile *raw = nullptr;
+	if (!(s = env->NewRandomAccessFile(path, &raw)).ok())
+		return index_error(s.IsNotFound() ? DVAR_ENOTFOUND : DVAR_EIO, "open", path, s);
+	std::unique_ptr<leveldb::RandomAccessFile> file(raw);
+
+	leveldb::Options options;
+	options.paranoid_checks = true;
+	leveldb::Table *table = nullptr;
+	if (!(s = leveldb::Table::Open(options, file.get(), size, &table)).ok())
+		return index_error(DVAR_ECORRUPT, "not a readable table", path, s);
+	std::unique_ptr<leveldb::Table> owner(table);
+
+	leveldb::ReadOptions ro;
+	ro.verify_checksums = true;
+	ro.fill_cache = false;
+	std::unique_ptr<leveldb::Iterator> it(table->NewIterator(ro));
+	int rc = DVAR_OK;
+	for (it->SeekToFirst(); it->Valid() && rc == DVAR_OK; it->Next()) {
+		leveldb::Slice k = it->key(), v = it->value();
+		rc = fn(ud, k.data(), k.size(), v.data(), v.size());
+	}
+	if (rc == DVAR_OK && !it->status().ok())
+		rc = index_error(DVAR_ECORRUPT, "read", path, it->status());
+	return rc;
+}

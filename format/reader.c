@@ -1,0 +1,876 @@
+/*
+ * format/reader.c - opens a checkpoint read-only and reads any
+ * hyperrectangle of any variable from whatever slices were saved: each saved
+ * slice's chunks are cut into boxes that are contiguous on disk, only the
+ * chunks (for raw chunks, only the 64 KiB blocks) that meet the request are
+ * read, every checksum is verified, and the pieces are copied into place in
+ * parallel. Restore, reshard, export and `dvar cat` are all this one read.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <lz4.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "format/format.h"
+
+typedef struct {
+	unsigned char *packed, *raw;
+	size_t packed_cap, raw_cap;
+} scratch;
+
+typedef struct {
+	char *path;
+	int fd;       /* -1 when it could not be opened */
+	int err;      /* errno of the failed open */
+	uint64_t size;
+} data_file;
+
+struct dvar_reader {
+	char *dir;
+	dvar_read_options opts;
+	dvar_header header;
+	dvar_var_entry *vars; /* in name order */
+	size_t num_vars;
+	data_file *files;
+	dvar_pool *pool;
+	pthread_t owner;
+	double last_progress;
+	atomic_uint_least64_t bytes_read;
+	atomic_uint_least64_t progress_done;
+	uint64_t progress_total;
+	pthread_mutex_t lock;
+	scratch *free_scratch;
+	size_t num_free, cap_free;
+};
+
+/* ---------------------------------------------------------------- open */
+
+typedef struct {
+	char *name;
+	uint32_t j;
+	dvar_slice_entry entry;
+} pending_slice;
+
+typedef struct {
+	dvar_reader *r;
+	int have_header;
+	pending_slice *slices;
+	size_t num_slices, cap_slices;
+	size_t cap_vars;
+} scan_state;
+
+static int visit(void *ud, const void *key, size_t klen, const void *val, size_t vlen)
+{
+	scan_state *st = ud;
+	dvar_reader *r = st->r;
+	const char *k = key;
+	int rc;
+	if (!st->have_header) {
+		if (klen != 0)
+			return dvar_error_set(DVAR_ECORRUPT, "index has no header entry: not a dvar checkpoint");
+		st->have_header = 1;
+		return dvar_header_decode(&r->header, val, vlen);
+	}
+	if (klen > 1 && k[0] == 'v' && !memchr(k + 1, 0, klen - 1) && klen - 1 <= DVAR_MAX_NAME) {
+		char name[DVAR_MAX_NAME + 1];
+		memcpy(name, k + 1, klen - 1);
+		name[klen - 1] = '\0';
+		if (r->num_vars == st->cap_vars) {
+			size_t cap = st->cap_vars ? st->cap_vars * 2 : 16;
+			dvar_var_entry *p = realloc(r->vars, cap * sizeof(*p));
+			if (!p)
+				return dvar_error_set(DVAR_ENOMEM, "out of memory");
+			r->vars = p;
+			st->cap_vars = cap;
+		}
+		if ((rc = dvar_var_decode(&r->vars[r->num_vars], name, val, vlen)))
+			return rc;
+		r->num_vars++;
+		return DVAR_OK;
+	}
+	if (klen > 6 && k[0] == 's' && k[klen - 5] == '\0' && !memchr(k + 1, 0, klen - 6) &&
+	    klen - 6 <= DVAR_MAX_NAME) {
+		if (st->num_slices == st->cap_slices) {
+			size_t cap = st->cap_slices ? st->cap_slices * 2 : 16;
+			pending_slice *p = realloc(st->slices, cap * sizeof(*p));
+			if (!p)
+				return dvar_error_set(DVAR_ENOMEM, "out of memory");
+			st->slices = p;
+			st->cap_slices = cap;
+		}
+		pending_slice *ps = &st->slices[st->num_slices];
+		const unsigned char *be = (const unsigned char *)k + klen - 4;
+		if (!(ps->name = strndup(k + 1, klen - 6)))
+			return dvar_error_set(DVAR_ENOMEM, "out of memory");
+		ps->j = (uint32_t)be[0] << 24 | (uint32_t)be[1] << 16 | (uint32_t)be[2] << 8 | be[3];
+		char what[DVAR_MAX_NAME + 64];
+		snprintf(what, sizeof(what), "of variable '%s' slice #%u", ps->name, ps->j);
+		if ((rc = dvar_slice_entry_decode(&ps->entry, val, vlen, what))) {
+			free(ps->name);
+			return rc;
+		}
+		st->num_slices++;
+		return DVAR_OK;
+	}
+	/* Keys a newer writer added are skipped; in our own version they are damage. */
+	if (r->header.version > DVAR_FORMAT_VERSION)
+		return DVAR_OK;
+	return dvar_error_set(DVAR_ECORRUPT, "index holds an unknown key of %zu bytes", klen);
+}
+
+static int find_index(const dvar_reader *r, const char *name, size_t *out)
+{
+	size_t lo = 0, hi = r->num_vars;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		int c = strcmp(r->vars[mid].name, name);
+		if (c == 0) {
+			*out = mid;
+			return 1;
+		}
+		if (c < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return 0;
+}
+
+/* Every check that makes later reads safe: slices inside the shape, sizes
+ * that add up, data files that exist in the header, no overlaps. */
+static int check_var(const dvar_reader *r, const dvar_var_entry *v)
+{
+	uint64_t raw = 0, stored = 0;
+	size_t esize = dvar_dtype_size(v->dtype);
+	uint64_t dummy;
+	if (dvar_shape_num_bytes(&v->shape, v->dtype, &dummy))
+		return dvar_error_prefix("index entry of variable '%s'", v->name);
+	for (size_t j = 0; j < v->num_slices; j++) {
+		const dvar_slice_entry *s = &v->slices[j];
+		uint64_t n;
+		if (dvar_slice_check(&s->slice, &v->shape))
+			return dvar_error_set(DVAR_ECORRUPT, "index entry of variable '%s' slice #%zu: %s",
+			                      v->name, j, dvar_error_last()->message);
+		dvar_slice_num_elements(&s->slice, &n);
+		if (n * esize != s->raw_bytes || s->file >= r->header.num_files)
+			return dvar_error_set(DVAR_ECORRUPT, "index entry of variable '%s' slice #%zu: "
+			                      "%llu bytes in data file %u do not fit %llu %s elements in %u files",
+			                      v->name, j, (unsigned long long)s->raw_bytes, s->file,
+			                      (unsigned long long)n, dvar_dtype_name(v->dtype), r->header.num_files);
+		if (s->chunk_size % esize)
+			return dvar_error_set(DVAR_ECORRUPT, "index entry of variable '%s' slice #%zu: chunk size "
+			                      "%llu is not a multiple of the element size", v->name, j,
+			                      (unsigned long long)s->chunk_size);
+		raw += s->raw_bytes;
+		for (size_t c = 0; c < s->num_chunks; c++)
+			stored += s->chunks[c].stored;
+		for (size_t k = 0; k < j; k++) {
+			dvar_slice x;
+			if (dvar_slice_intersect(&s->slice, &v->slices[k].slice, &x) == 1 &&
+			    dvar_slice_num_elements(&x, &n) == DVAR_OK && n)
+				return dvar_error_set(DVAR_ECORRUPT, "index entry of variable '%s': saved slices "
+				                      "#%zu and #%zu overlap", v->name, k, j);
+		}
+	}
+	if (raw != v->raw_bytes || stored != v->stored_bytes)
+		return dvar_error_set(DVAR_ECORRUPT, "index entry of variable '%s': byte counts do not "
+		                      "add up over its slices", v->name);
+	return DVAR_OK;
+}
+
+static int attach_slices(dvar_reader *r, scan_state *st)
+{
+	for (size_t i = 0; i < r->num_vars; i++) {
+		dvar_var_entry *v = &r->vars[i];
+		size_t n = v->num_slices;
+		v->num_slices = 0; /* counts the slices attached so far */
+		if (n && !(v->slices = calloc(n, sizeof(dvar_slice_entry))))
+			return dvar_error_set(DVAR_ENOMEM, "out of memory");
+		v->num_slices = n;
+		for (size_t j = 0; j < n; j++)
+			v->slices[j].num_chunks = SIZE_MAX; /* marks "not seen" */
+	}
+	for (size_t k = 0; k < st->num_slices; k++) {
+		pending_slice *ps = &st->slices[k];
+		size_t i;
+		if (!find_index(r, ps->name, &i) || ps->j >= r->vars[i].num_slices ||
+		    r->vars[i].slices[ps->j].num_chunks != SIZE_MAX)
+			return dvar_error_set(DVAR_ECORRUPT, "index holds slice #%u of variable '%s', "
+			                      "which its variable entry does not list", ps->j, ps->name);
+		if (ps->entry.slice.rank != r->vars[i].shape.rank)
+			return dvar_error_set(DVAR_ECORRUPT, "index entry of variable '%s' slice #%u has rank %d, "
+			                      "the variable %d", ps->name, ps->j, ps->entry.slice.rank,
+			                      r->vars[i].shape.rank);
+		r->vars[i].slices[ps->j] = ps->entry;
+		memset(&ps->entry, 0, sizeof(ps->entry));
+	}
+	for (size_t i = 0; i < r->num_vars; i++) {
+		dvar_var_entry *v = &r->vars[i];
+		for (size_t j = 0; j < v->num_slices; j++)
+			if (v->slices[j].num_chunks == SIZE_MAX) {
+				v->slices[j].num_chunks = 0;
+				return dvar_error_set(DVAR_ECORRUPT, "index lacks slice #%zu of variable '%s'",
+				                      j, v->name);
+			}
+		int rc = check_var(r, v);
+		if (rc)
+			return rc;
+	}
+	if (r->num_vars != r->header.num_vars)
+		return dvar_error_set(DVAR_ECORRUPT, "index header counts %llu variables, the index holds %zu",
+		                      (unsigned long long)r->header.num_vars, r->num_vars);
+	return DVAR_OK;
+}
+
+static int open_files(dvar_reader *r)
+{
+	if (!(r->files = calloc(r->header.num_files, sizeof(data_file))))
+		return dvar_error_set(DVAR_ENOMEM, "out of memory");
+	for (uint32_t f = 0; f < r->header.num_files; f++) {
+		data_file *df = &r->files[f];
+		char name[32];
+		df->fd = -1;
+		dvar_data_file_name(name, sizeof(name), f, r->header.num_files);
+		if (!(df->path = dvar_path_join(r->dir, name)))
+			return dvar_error_set(DVAR_ENOMEM, "out of memory");
+		/* A missing or short file fails the reads that need it, naming it,
+		 * and leaves the index readable for inspect and verify. */
+		struct stat st;
+		if ((df->fd = open(df->path, O_RDONLY | O_CLOEXEC)) < 0)
+			df->err = errno;
+		else if (fstat(df->fd, &st) == 0)
+			df->size = (uint64_t)st.st_size;
+	}
+	return DVAR_OK;
+}
+
+int dvar_reader_open(dvar_reader **out, const char *path, const dvar_read_options *opts)
+{
+	if (!out || !path)
+		return dvar_error_set(DVAR_EINVAL, "dvar_reader_open: NULL argument");
+	*out = NULL;
+	dvar_read_options def = DVAR_READ_OPTIONS_INIT;
+	if (opts && opts->version != DVAR_READ_OPTIONS_VERSION)
+		return dvar_error_set(DVAR_EINVAL, "read options version %u, expected %u", opts->version,
+		                      DVAR_READ_OPTIONS_VERSION);
+	dvar_reader *r = calloc(1, sizeof(*r));
+	scan_state st = { r, 0, NULL, 0, 0, 0 };
+	char *index = NULL;
+	int rc;
+	if (!r)
+		return dvar_error_set(DVAR_ENOMEM, "out of memory");
+	r->opts = opts ? *opts : def;
+	r->owner = pthread_self();
+	pthread_mutex_init(&r->lock, NULL);
+	if ((rc = dvar_resolve_checkpoint(path, &r->dir)))
+		goto fail;
+	if (!(index = dvar_path_join(r->dir, DVAR_INDEX_NAME))) {
+		rc = dvar_error_set(DVAR_ENOMEM, "out of memory");
+		goto fail;
+	}
+	if ((rc = dvar_index_scan(index, visit, &st)))
+		goto fail;
+	if (!st.have_header) {
+		rc = dvar_error_set(DVAR_ECORRUPT, "index is empty: not a dvar checkpoint");
+		goto fail;
+	}
+	if ((rc = attach_slices(r, &st)) || (rc = open_files(r)) ||
+	    (rc = dvar_pool_create(&r->pool, r->opts.threads)))
+		goto fail;
+	*out = r;
+fail:
+	for (size_t k = 0; k < st.num_slices; k++) {
+		free(st.slices[k].name);
+		dvar_slice_entry_clear(&st.slices[k].entry);
+	}
+	free(st.slices);
+	if (rc) {
+		if (r->dir)
+			dvar_error_prefix("checkpoint '%s'", r->dir);
+		dvar_reader_free(r);
+	}
+	free(index);
+	return rc;
+}
+
+void dvar_reader_free(dvar_reader *r)
+{
+	if (!r)
+		return;
+	dvar_pool_free(r->pool);
+	for (uint32_t f = 0; r->files && f < r->header.num_files; f++) {
+		if (r->files[f].fd >= 0)
+			close(r->files[f].fd);
+		free(r->files[f].path);
+	}
+	free(r->files);
+	for (size_t i = 0; i < r->num_vars; i++)
+		dvar_var_entry_clear(&r->vars[i]);
+	free(r->vars);
+	for (size_t i = 0; i < r->num_free; i++) {
+		free(r->free_scratch[i].packed);
+		free(r->free_scratch[i].raw);
+	}
+	free(r->free_scratch);
+	dvar_header_clear(&r->header);
+	free(r->dir);
+	pthread_mutex_destroy(&r->lock);
+	free(r);
+}
+
+const char *dvar_reader_path(const dvar_reader *r)
+{
+	return r ? r->dir : NULL;
+}
+
+size_t dvar_reader_num_vars(const dvar_reader *r)
+{
+	return r ? r->num_vars : 0;
+}
+
+static int check_var_index(const dvar_reader *r, size_t i)
+{
+	if (!r)
+		return dvar_error_set(DVAR_EINVAL, "NULL reader");
+	if (i >= r->num_vars)
+		return dvar_error_set(DVAR_EINVAL, "variable index %zu is out of range (%zu variables)",
+		                      i, r->num_vars);
+	return DVAR_OK;
+}
+
+int dvar_reader_var(const dvar_reader *r, size_t i, dvar_var_info *out)
+{
+	int rc = check_var_index(r, i);
+	if (rc || !out)
+		return rc ? rc : dvar_error_set(DVAR_EINVAL, "NULL argument");
+	const dvar_var_entry *v = &r->vars[i];
+	out->name = v->name;
+	out->dtype = v->dtype;
+	out->shape = v->shape;
+	out->num_slices = v->num_slices;
+	out->raw_bytes = v->raw_bytes;
+	out->stored_bytes = v->stored_bytes;
+	out->num_chunks = 0;
+	for (size_t j = 0; j < v->num_slices; j++)
+		out->num_chunks += v->slices[j].num_chunks;
+	return DVAR_OK;
+}
+
+int dvar_reader_find(const dvar_reader *r, const char *name, size_t *out)
+{
+	if (!r || !name || !out)
+		return dvar_error_set(DVAR_EINVAL, "dvar_reader_find: NULL argument");
+	if (!find_index(r, name, out))
+		return dvar_error_set(DVAR_ENOTFOUND, "variable '%s' not found in checkpoint '%s'", name, r->dir);
+	return DVAR_OK;
+}
+
+int dvar_reader_var_slice(const dvar_reader *r, size_t i, size_t j, dvar_slice *out)
+{
+	int rc = check_var_index(r, i);
+	if (rc || !out)
+		return rc ? rc : dvar_error_set(DVAR_EINVAL, "NULL argument");
+	if (j >= r->vars[i].num_slices)
+		return dvar_error_set(DVAR_EINVAL, "variable '%s' has %zu slices, not %zu", r->vars[i].name,
+		                      r->vars[i].num_slices, j + 1);
+	*out = r->vars[i].slices[j].slice;
+	return DVAR_OK;
+}
+
+uint64_t dvar_reader_bytes_read(const dvar_reader *r)
+{
+	return r ? atomic_load(&r->bytes_read) : 0;
+}
+
+/* ---------------------------------------------------------------- chunks */
+
+static scratch scratch_get(dvar_reader *r)
+{
+	scratch s = { 0 };
+	pthread_mutex_lock(&r->lock);
+	if (r->num_free)
+		s = r->free_scratch[--r->num_free];
+	pthread_mutex_unlock(&r->lock);
+	return s;
+}
+
+static void scratch_put(dvar_reader *r, scratch s)
+{
+	pthread_mutex_lock(&r->lock);
+	if (r->num_free == r->cap_free) {
+		size_t cap = r->cap_free ? r->cap_free * 2 : 8;
+		scratch *p = realloc(r->free_scratch, cap * sizeof(scratch));
+		if (!p) {
+			pthread_mutex_unlock(&r->lock);
+			free(s.packed);
+			free(s.raw);
+			return;
+		}
+		r->free_scratch = p;
+		r->cap_free = cap;
+	}
+	r->free_scratch[r->num_free++] = s;
+	pthread_mutex_unlock(&r->lock);
+}
+
+static int grow(unsigned char **p, size_t *cap, size_t need)
+{
+	if (*cap >= need)
+		return DVAR_OK;
+	free(*p);
+	*cap = 0;
+	if (!(*p = malloc(need)))
+		return dvar_error_set(DVAR_ENOMEM, "out of memory (%zu bytes of chunk buffer)", need);
+	*cap = need;
+	return DVAR_OK;
+}
+
+static void progress(dvar_reader *r, uint64_t bytes)
+{
+	uint64_t done = atomic_fetch_add(&r->progress_done, bytes) + bytes;
+	if (!r->opts.progress || !pthread_equal(pthread_self(), r->owner))
+		return;
+	double now = dvar_now();
+	if (now - r->last_progress < 1.0 / 6)
+		return;
+	r->last_progress = now;
+	r->opts.progress(r->opts.progress_userdata, done, r->progress_total);
+}
+
+/* "variable 'w' slice 0,4:- chunk 3 (/ck/data-00000-of-00001 at offset 4096)" */
+static int chunk_error(const dvar_reader *r, const dvar_var_entry *v, const dvar_slice_entry *s,
+                       size_t ci, int code, const char *detail)
+{
+	char sl[256];
+	dvar_slice_format(&s->slice, &v->shape, sl, sizeof(sl));
+	return dvar_error_set(code, "variable '%s' slice %s chunk %zu (%s at offset %llu): %s", v->name,
+	                      *sl ? sl : "-", ci, r->files[s->file].path,
+	                      (unsigned long long)s->chunks[ci].offset, detail);
+}
+
+/*
+ * Bytes [lo, hi) of chunk ci's raw content into out, checksums verified.
+ * Raw chunks read only the blocks covering [lo, hi): lo must be a block
+ * boundary. lz4 chunks are read and checked whole: lo = 0, hi = raw length.
+ */
+static int load_chunk(dvar_reader *r, const dvar_var_entry *v, const dvar_slice_entry *s, size_t ci,
+                      uint64_t lo, uint64_t hi, unsigned char *out, scratch *sc)
+{
+	const dvar_chunk *c = &s->chunks[ci];
+	const data_file *df = &r->files[s->file];
+	uint64_t raw_len = dvar_chunk_raw_len(s, ci);
+	char detail[DVAR_ERROR_MESSAGE_MAX];
+	int rc;
+	if (df->fd < 0) {
+		snprintf(detail, sizeof(detail), "data file is missing or unreadable: %s", strerror(df->err));
+		return chunk_error(r, v, s, ci, DVAR_ECORRUPT, detail);
+	}
+	uint64_t off = c->codec == DVAR_CODEC_RAW ? c->offset + lo : c->offset;
+	uint64_t len = c->codec == DVAR_CODEC_RAW ? hi - lo : c->stored;
+	if (off + len > df->size) {
+		snprintf(detail, sizeof(detail), "data file is truncated: it has %llu bytes, the chunk "
+		         "needs bytes up to %llu (the index expects %llu)", (unsigned long long)df->size,
+		         (unsigned long long)(off + len), (unsigned long long)r->header.file_sizes[s->file]);
+		return chunk_error(r, v, s, ci, DVAR_ECORRUPT, detail);
+	}
+	unsigned char *dst = out;
+	if (c->codec == DVAR_CODEC_LZ4) {
+		if ((rc = grow(&sc->packed, &sc->packed_cap, (size_t)len)))
+			return rc;
+		dst = sc->packed;
+	}
+	if ((rc = dvar_fs_pread_all(df->fd, dst, (size_t)len, off, df->path))) {
+		snprintf(detail, sizeof(detail), "%s", dvar_error_last()->message);
+		return chunk_error(r, v, s, ci, rc, detail);
+	}
+	atomic_fetch_add(&r->bytes_read, len);
+	if (c->codec == DVAR_CODEC_LZ4) {
+		int n = LZ4_decompress_safe((const char *)sc->packed, (char *)out, (int)len, (int)raw_len);
+		if (n != (int)raw_len)
+			return chunk_error(r, v, s, ci, DVAR_ECORRUPT, "lz4 data does not decompress to the chunk's size");
+		uint32_t crc = dvar_crc32c(out, raw_len);
+		if (crc != c->crc) {
+			snprintf(detail, sizeof(detail), "checksum mismatch: stored %08x, computed %08x", c->crc, crc);
+			return chunk_error(r, v, s, ci, DVAR_ECORRUPT, detail);
+		}
+		return DVAR_OK;
+	}
+	const uint32_t *blocks = s->block_crcs + c->first_block;
+	uint32_t whole = 0;
+	for (uint64_t b = lo / DVAR_BLOCK_SIZE, p = lo; p < hi; b++, p += DVAR_BLOCK_SIZE) {
+		size_t blen = hi - p < DVAR_BLOCK_SIZE ? (size_t)(hi - p) : DVAR_BLOCK_SIZE;
+		uint32_t crc = dvar_crc32c(out + (p - lo), blen);
+		if (crc != blocks[b]) {
+			snprintf(detail, sizeof(detail), "checksum mismatch in block %llu (bytes %llu..%llu): "
+			         "stored %08x, computed %08x", (unsigned long long)b, (unsigned long long)p,
+			         (unsigned long long)(p + blen), blocks[b], crc);
+			return chunk_error(r, v, s, ci, DVAR_ECORRUPT, detail);
+		}
+		whole = p ? dvar_crc32c_combine(whole, crc, blen) : crc;
+	}
+	/* A whole chunk is also held to its chunk checksum, catching index damage. */
+	if (lo == 0 && hi == raw_len && whole != c->crc) {
+		snprintf(detail, sizeof(detail), "block checksums disagree with the chunk checksum %08x", c->crc);
+		return chunk_error(r, v, s, ci, DVAR_ECORRUPT, detail);
+	}
+	return DVAR_OK;
+}
+
+/* ---------------------------------------------------------------- boxes */
+
+/* Row-major strides of a slice's own buffer, in elements. */
+static void strides_of(const dvar_slice *s, uint64_t *st)
+{
+	uint64_t acc = 1;
+	for (int d = s->rank - 1; d >= 0; d--) {
+		st[d] = acc;
+		acc *= (uint64_t)s->length[d];
+	}
+}
+
+typedef int (*box_fn)(void *ud, const dvar_slice *box, uint64_t flat);
+
+/*
+ * Cut the flat element range [a, b) of slice s's buffer into at most
+ * 2*rank+1 boxes that are each contiguous in that buffer (leading
+ * dimensions of length 1, one partial dimension, full trailing ones), in
+ * order, as slices of the full shape.
+ */
+static int for_each_box(const dvar_slice *s, uint64_t a, uint64_t b, box_fn fn, void *ud)
+{
+	uint64_t st[DVAR_MAX_RANK];
+	int rank = s->rank, rc;
+	if (rank == 0)
+		return a < b ? fn(ud, s, 0) : DVAR_OK;
+	strides_of(s, st);
+	while (a < b) {
+		uint64_t idx[DVAR_MAX_RANK], rem = a;
+		for (int d = 0; d < rank; d++) {
+			idx[d] = rem / st[d];
+			rem %= st[d];
+		}
+		int j = rank - 1;
+		while (j > 0 && a % st[j - 1] == 0 && a + st[j - 1] <= b)
+			j--;
+		uint64_t n = (b - a) / st[j];
+		if (n > (uint64_t)s->length[j] - idx[j])
+			n = (uint64_t)s->length[j] - idx[j];
+		dvar_slice box = *s;
+		for (int d = 0; d < rank; d++) {
+			if (d <= j)
+				box.start[d] = s->start[d] + (int64_t)idx[d];
+			if (d < j)
+				box.length[d] = 1;
+		}
+		box.length[j] = (int64_t)n;
+		if ((rc = fn(ud, &box, a)))
+			return rc;
+		a += n * st[j];
+	}
+	return DVAR_OK;
+}
+
+/* Flat element index within slice s of a point given in full coordinates. */
+static uint64_t flat_in(const dvar_slice *s, const int64_t *point)
+{
+	uint64_t st[DVAR_MAX_RANK], f = 0;
+	strides_of(s, st);
+	for (int d = 0; d < s->rank; d++)
+		f += (uint64_t)(point[d] - s->start[d]) * st[d];
+	return f;
+}
+
+/*
+ * When the whole of s lies in t and is one contiguous run of t's buffer,
+ * return 1 and the run's first element in t.
+ */
+static int contiguous_in(const dvar_slice *s, const dvar_slice *t, uint64_t *first)
+{
+	dvar_slice x;
+	uint64_t n = 0, m = 0;
+	if (dvar_slice_intersect(s, t, &x) != 1 || dvar_slice_num_elements(&x, &n) ||
+	    dvar_slice_num_elements(s, &m) || n != m)
+		return 0;
+	int d = 0;
+	while (d < s->rank && s->length[d] == 1)
+		d++;
+	for (int k = d + 1; k < s->rank; k++)
+		if (s->length[k] != t->length[k])
+			return 0;
+	*first = flat_in(t, s->start);
+	return 1;
+}
+
+/* ---------------------------------------------------------------- read */
+
+typedef struct {
+	size_t slice, chunk;
+	uint64_t lo, hi;  /* bytes of the chunk to load */
+	int direct;       /* load straight into the destination */
+} task;
+
+typedef struct {
+	dvar_reader *r;
+	const dvar_var_entry *v;
+	const dvar_slice *want;
+	unsigned char *dst;
+	size_t esize;
+	task *tasks;
+	size_t num_tasks, cap_tasks;
+	uint64_t *direct_first; /* per saved slice, when contiguous in want */
+	/* for_each_box callbacks */
+	uint64_t need_lo, need_hi;
+	int any;
+	const unsigned char *src;
+	uint64_t src_flat;
+	const dvar_slice *src_slice;
+} read_ctx;
+
+static int note_need(void *ud, const dvar_slice *box, uint64_t flat)
+{
+	read_ctx *ctx = ud;
+	dvar_slice x;
+	(void)flat;
+	if (dvar_slice_intersect(box, ctx->want, &x) != 1)
+		return DVAR_OK;
+	int64_t last[DVAR_MAX_RANK];
+	for (int d = 0; d < x.rank; d++)
+		last[d] = x.start[d] + x.length[d] - 1;
+	uint64_t lo = flat_in(ctx->src_slice, x.start), hi = flat_in(ctx->src_slice, last) + 1;
+	if (!ctx->any || lo < ctx->need_lo)
+		ctx->need_lo = lo;
+	if (!ctx->any || hi > ctx->need_hi)
+		ctx->need_hi = hi;
+	ctx->any = 1;
+	return DVAR_OK;
+}
+
+static int add_task(read_ctx *ctx, task t)
+{
+	if (ctx->num_tasks == ctx->cap_tasks) {
+		size_t cap = ctx->cap_tasks ? ctx->cap_tasks * 2 : 64;
+		task *p = realloc(ctx->tasks, cap * sizeof(task));
+		if (!p)
+			return dvar_error_set(DVAR_ENOMEM, "out of memory");
+		ctx->tasks = p;
+		ctx->cap_tasks = cap;
+	}
+	ctx->tasks[ctx->num_tasks++] = t;
+	return DVAR_OK;
+}
+
+static int plan(read_ctx *ctx)
+{
+	const dvar_var_entry *v = ctx->v;
+	int rc;
+	for (size_t j = 0; j < v->num_slices; j++) {
+		const dvar_slice_entry *s = &v->slices[j];
+		dvar_slice x;
+		if (dvar_slice_intersect(&s->slice, ctx->want, &x) != 1 || !s->num_chunks)
+			continue;
+		int direct = contiguous_in(&s->slice, ctx->want, &ctx->direct_first[j]);
+		for (size_t ci = 0; ci < s->num_chunks; ci++) {
+			uint64_t raw_len = dvar_chunk_raw_len(s, ci);
+			uint64_t base = (uint64_t)ci * s->chunk_size;
+			task t = { j, ci, 0, raw_len, direct };
+			if (!direct) {
+				ctx->any = 0;
+				ctx->src_slice = &s->slice;
+				for_each_box(&s->slice, base / ctx->esize, (base + raw_len) / ctx->esize, note_need, ctx);
+				if (!ctx->any)
+					continue;
+				if (s->chunks[ci].codec == DVAR_CODEC_RAW) {
+					uint64_t lo = ctx->need_lo * ctx->esize - base, hi = ctx->need_hi * ctx->esize - base;
+					t.lo = lo / DVAR_BLOCK_SIZE * DVAR_BLOCK_SIZE;
+					t.hi = (hi + DVAR_BLOCK_SIZE - 1) / DVAR_BLOCK_SIZE * DVAR_BLOCK_SIZE;
+					if (t.hi > raw_len)
+						t.hi = raw_len;
+				}
+			}
+			if ((rc = add_task(ctx, t)))
+				return rc;
+		}
+	}
+	return DVAR_OK;
+}
+
+typedef struct {
+	read_ctx *ctx;
+	const unsigned char *buf;
+	uint64_t buf_flat; /* element of the saved slice at buf[0] */
+	const dvar_slice *saved;
+} copy_ctx;
+
+static int copy_box(void *ud, const dvar_slice *box, uint64_t flat)
+{
+	copy_ctx *cc = ud;
+	dvar_slice x;
+	if (dvar_slice_intersect(box, cc->ctx->want, &x) != 1)
+		return DVAR_OK;
+	return dvar_slice_copy(cc->ctx->v->dtype, &x, cc->buf + (flat - cc->buf_flat) * cc->ctx->esize, box,
+	                       cc->ctx->dst, cc->ctx->want);
+}
+
+static int run_task(void *vctx, size_t i)
+{
+	read_ctx *ctx = vctx;
+	const task *t = &ctx->tasks[i];
+	const dvar_slice_entry *s = &ctx->v->slices[t->slice];
+	uint64_t base = (uint64_t)t->chunk * s->chunk_size;
+	scratch sc = scratch_get(ctx->r);
+	int rc;
+	if (t->direct) {
+		unsigned char *out = ctx->dst + ctx->direct_first[t->slice] * ctx->esize + base;
+		rc = load_chunk(ctx->r, ctx->v, s, t->chunk, 0, t->hi, out, &sc);
+	} else if (!(rc = grow(&sc.raw, &sc.raw_cap, (size_t)(t->hi - t->lo))) &&
+	           !(rc = load_chunk(ctx->r, ctx->v, s, t->chunk, t->lo, t->hi, sc.raw, &sc))) {
+		copy_ctx cc = { ctx, sc.raw, (base + t->lo) / ctx->esize, &s->slice };
+		rc = for_each_box(&s->slice, (base + t->lo) / ctx->esize, (base + t->hi) / ctx->esize,
+		                  copy_box, &cc);
+	}
+	scratch_put(ctx->r, sc);
+	if (rc == DVAR_OK)
+		progress(ctx->r, t->hi - t->lo);
+	return rc;
+}
+
+/* The saved slices must cover want: count the elements they give. */
+static int check_coverage(const dvar_var_entry *v, const dvar_slice *want)
+{
+	uint64_t need, got = 0, n;
+	dvar_slice_num_elements(want, &need);
+	for (size_t j = 0; j < v->num_slices; j++) {
+		dvar_slice x;
+		if (dvar_slice_intersect(&v->slices[j].slice, want, &x) == 1 &&
+		    dvar_slice_num_elements(&x, &n) == DVAR_OK)
+			got += n;
+	}
+	if (got == need)
+		return DVAR_OK;
+	char sl[256];
+	dvar_slice_format(want, &v->shape, sl, sizeof(sl));
+	return dvar_error_set(DVAR_ESHAPE, "variable '%s': slice %s is not covered by the %zu saved "
+	                      "slices: %llu of %llu elements are missing", v->name, *sl ? sl : "-",
+	                      v->num_slices, (unsigned long long)(need - got), (unsigned long long)need);
+}
+
+int dvar_reader_read(dvar_reader *r, size_t i, const dvar_slice *slice, void *dst, uint64_t dst_bytes)
+{
+	int rc = check_var_index(r, i);
+	if (rc)
+		return rc;
+	const dvar_var_entry *v = &r->vars[i];
+	dvar_slice want;
+	if (slice)
+		want = *slice;
+	else
+		dvar_slice_full(&want, &v->shape);
+	if ((rc = dvar_slice_check(&want, &v->shape)))
+		return dvar_error_prefix("reading variable '%s'", v->name);
+	dvar_shape ws;
+	uint64_t bytes;
+	dvar_slice_shape(&want, &ws);
+	dvar_shape_num_bytes(&ws, v->dtype, &bytes);
+	if (dst_bytes != bytes)
+		return dvar_error_set(DVAR_EINVAL, "reading variable '%s': the destination holds %llu bytes, "
+		                      "the slice needs %llu", v->name, (unsigned long long)dst_bytes,
+		                      (unsigned long long)bytes);
+	if (bytes && !dst)
+		return dvar_error_set(DVAR_EINVAL, "reading variable '%s': NULL destination", v->name);
+	if ((rc = check_coverage(v, &want)))
+		return rc;
+
+	read_ctx ctx = { 0 };
+	ctx.r = r;
+	ctx.v = v;
+	ctx.want = &want;
+	ctx.dst = dst;
+	ctx.esize = dvar_dtype_size(v->dtype);
+	if (v->num_slices && !(ctx.direct_first = calloc(v->num_slices, sizeof(uint64_t))))
+		return dvar_error_set(DVAR_ENOMEM, "out of memory");
+	if (!(rc = plan(&ctx))) {
+		atomic_store(&r->progress_done, 0);
+		r->progress_total = 0;
+		for (size_t k = 0; k < ctx.num_tasks; k++)
+			r->progress_total += ctx.tasks[k].hi - ctx.tasks[k].lo;
+		rc = dvar_pool_for(r->pool, ctx.num_tasks, run_task, &ctx);
+	}
+	free(ctx.tasks);
+	free(ctx.direct_first);
+	return rc;
+}
+
+/* ---------------------------------------------------------------- verify */
+
+typedef struct {
+	dvar_reader *r;
+	const dvar_var_entry *v;
+	const dvar_slice_entry *s;
+	int *codes;
+	char **messages;
+} verify_ctx;
+
+static int verify_chunk(void *vctx, size_t ci)
+{
+	verify_ctx *ctx = vctx;
+	scratch sc = scratch_get(ctx->r);
+	uint64_t len = dvar_chunk_raw_len(ctx->s, ci);
+	int rc = grow(&sc.raw, &sc.raw_cap, (size_t)len);
+	if (!rc)
+		rc = load_chunk(ctx->r, ctx->v, ctx->s, ci, 0, len, sc.raw, &sc);
+	scratch_put(ctx->r, sc);
+	ctx->codes[ci] = rc;
+	if (rc && !(ctx->messages[ci] = strdup(dvar_error_last()->message)))
+		return dvar_error_set(DVAR_ENOMEM, "out of memory");
+	progress(ctx->r, ctx->s->chunks[ci].stored);
+	return rc == DVAR_ENOMEM ? rc : DVAR_OK;
+}
+
+int dvar_reader_verify(dvar_reader *r, dvar_bad_chunk_fn bad, void *userdata, uint64_t *num_bad)
+{
+	if (!r)
+		return dvar_error_set(DVAR_EINVAL, "NULL reader");
+	uint64_t nbad = 0;
+	int rc = DVAR_OK;
+	atomic_store(&r->progress_done, 0);
+	r->progress_total = 0;
+	for (size_t i = 0; i < r->num_vars; i++)
+		r->progress_total += r->vars[i].stored_bytes;
+	for (size_t i = 0; i < r->num_vars && !rc; i++) {
+		const dvar_var_entry *v = &r->vars[i];
+		for (size_t j = 0; j < v->num_slices && !rc; j++) {
+			const dvar_slice_entry *s = &v->slices[j];
+			size_t n = s->num_chunks;
+			verify_ctx ctx = { r, v, s, calloc(n ? n : 1, sizeof(int)), calloc(n ? n : 1, sizeof(char *)) };
+			if (!ctx.codes || !ctx.messages)
+				rc = dvar_error_set(DVAR_ENOMEM, "out of memory");
+			else
+				rc = dvar_pool_for(r->pool, n, verify_chunk, &ctx);
+			for (size_t ci = 0; !rc && ci < n; ci++) {
+				if (!ctx.codes[ci])
+					continue;
+				nbad++;
+				if (bad) {
+					dvar_bad_chunk b = { v->name, r->files[s->file].path, s->chunks[ci].offset, ci,
+					                     ctx.codes[ci], ctx.messages[ci] };
+					bad(userdata, &b);
+				}
+			}
+			for (size_t ci = 0; ctx.messages && ci < n; ci++)
+				free(ctx.messages[ci]);
+			free(ctx.codes);
+			free(ctx.messages);
+		}
+	}
+	if (num_bad)
+		*num_bad = nbad;
+	if (rc == DVAR_OK)
+		dvar_error_clear();
+	return rc;
+}

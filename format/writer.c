@@ -1,0 +1,664 @@
+/*
+ * format/writer.c - writes one checkpoint: each slice is cut into chunks that
+ * are sampled for lz4, checksummed and written at reserved, page-aligned
+ * offsets in parallel on the thread pool; the index is written last, then
+ * the temporary directory is fsynced and renamed into place.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <lz4.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "format/format.h"
+
+/* Chunks at least this large go through O_DIRECT, which writes 2-3x faster
+ * than the page cache here; small ones are buffered to avoid a synchronous
+ * device round trip per small tensor. */
+#define DIRECT_MIN (256u << 10)
+/* AUTO compresses only when the sample ran at least this fast, summed over
+ * the writer's threads: slower compression would make the save slower than
+ * writing the raw bytes. */
+#define LZ4_MIN_BYTES_PER_SEC 1.5e9
+#define SAMPLE_PIECE (16u << 10)
+
+typedef struct {
+	unsigned char *data;
+	size_t cap;
+} scratch;
+
+struct dvar_writer {
+	char *final_dir;
+	char *tmp_dir;
+	char *data_path;
+	char *root; /* dvar_writer_open_step only */
+	char *step_name;
+	dvar_write_options opts;
+	dvar_pool *pool;
+	int fd;        /* buffered */
+	int fd_direct; /* O_DIRECT, or -1 */
+	atomic_int direct_ok;
+	atomic_uint_least64_t next_offset;
+	atomic_uint_least64_t bytes_done;
+	pthread_t owner;
+	double last_progress;
+	int broken; /* an I/O error: only dvar_writer_free is left */
+	int committed;
+
+	dvar_var_entry *vars;
+	size_t num_vars, cap_vars;
+	uint32_t *table; /* open addressing: var index + 1, 0 = empty */
+	size_t table_cap;
+
+	pthread_mutex_t lock; /* guards the scratch free list */
+	scratch *free_scratch;
+	size_t num_free, cap_free;
+	size_t scratch_cap;
+};
+
+/* ---------------------------------------------------------------- names */
+
+static uint64_t hash_name(const char *s)
+{
+	uint64_t h = 1469598103934665603ull;
+	for (; *s; s++)
+		h = (h ^ (unsigned char)*s) * 1099511628211ull;
+	return h;
+}
+
+static dvar_var_entry *find_var(dvar_writer *w, const char *name)
+{
+	if (!w->table_cap)
+		return NULL;
+	for (size_t i = hash_name(name) & (w->table_cap - 1);; i = (i + 1) & (w->table_cap - 1)) {
+		if (!w->table[i])
+			return NULL;
+		if (strcmp(w->vars[w->table[i] - 1].name, name) == 0)
+			return &w->vars[w->table[i] - 1];
+	}
+}
+
+static int table_insert(dvar_writer *w, size_t index)
+{
+	if ((w->num_vars + 1) * 2 > w->table_cap) {
+		size_t cap = w->table_cap ? w->table_cap * 2 : 64;
+		uint32_t *t = calloc(cap, sizeof(uint32_t));
+		if (!t)
+			return dvar_error_set(DVAR_ENOMEM, "out of memory");
+		free(w->table);
+		w->table = t;
+		w->table_cap = cap;
+		for (size_t v = 0; v < w->num_vars; v++)
+			if (v != index)
+				table_insert(w, v);
+	}
+	size_t i = hash_name(w->vars[index].name) & (w->table_cap - 1);
+	while (w->table[i])
+		i = (i + 1) & (w->table_cap - 1);
+	w->table[i] = (uint32_t)index + 1;
+	return DVAR_OK;
+}
+
+/* ---------------------------------------------------------------- scratch */
+
+static int scratch_get(dvar_writer *w, scratch *out)
+{
+	pthread_mutex_lock(&w->lock);
+	if (w->num_free) {
+		*out = w->free_scratch[--w->num_free];
+		pthread_mutex_unlock(&w->lock);
+		return DVAR_OK;
+	}
+	pthread_mutex_unlock(&w->lock);
+	out->cap = w->scratch_cap;
+	if (!(out->data = dvar_aligned_alloc(out->cap)))
+		return dvar_error_set(DVAR_ENOMEM, "out of memory (%zu bytes of chunk buffer)", out->cap);
+	return DVAR_OK;
+}
+
+static void scratch_put(dvar_writer *w, scratch s)
+{
+	pthread_mutex_lock(&w->lock);
+	if (w->num_free == w->cap_free) {
+		size_t cap = w->cap_free ? w->cap_free * 2 : 8;
+		scratch *p = realloc(w->free_scratch, cap * sizeof(scratch));
+		if (!p) {
+			pthread_mutex_unlock(&w->lock);
+			free(s.data);
+			return;
+		}
+		w->free_scratch = p;
+		w->cap_free = cap;
+	}
+	w->free_scratch[w->num_free++] = s;
+	pthread_mutex_unlock(&w->lock);
+}
+
+/* ---------------------------------------------------------------- open */
+
+static int check_options(dvar_write_options *o, const dvar_write_options *in)
+{
+	dvar_write_options def = DVAR_WRITE_OPTIONS_INIT;
+	*o = in ? *in : def;
+	if (o->version != DVAR_WRITE_OPTIONS_VERSION)
+		return dvar_error_set(DVAR_EINVAL, "write options version %u, expected %u",
+		                      o->version, DVAR_WRITE_OPTIONS_VERSION);
+	if (!o->chunk_size)
+		o->chunk_size = DVAR_DEFAULT_CHUNK_SIZE;
+	if (o->chunk_size % DVAR_ALIGN || o->chunk_size > (1u << 30))
+		return dvar_error_set(DVAR_EINVAL, "chunk size %llu must be a multiple of %u from %u to %u",
+		                      (unsigned long long)o->chunk_size, DVAR_ALIGN, DVAR_ALIGN, 1u << 30);
+	if (o->compress != DVAR_COMPRESS_AUTO && o->compress != DVAR_COMPRESS_NONE &&
+	    o->compress != DVAR_COMPRESS_LZ4)
+		return dvar_error_set(DVAR_EINVAL, "unknown compression mode %d", (int)o->compress);
+	if (o->keep_last < 0)
+		return dvar_error_set(DVAR_EINVAL, "keep_last %d is negative", o->keep_last);
+	return DVAR_OK;
+}
+
+static int open_dir(dvar_writer **out, const char *dir, const dvar_write_options *opts,
+                    const char *root, const char *step_name)
+{
+	dvar_writer *w = calloc(1, sizeof(*w));
+	int rc = DVAR_OK;
+	*out = NULL;
+	if (!w)
+		return dvar_error_set(DVAR_ENOMEM, "out of memory");
+	w->fd = w->fd_direct = -1;
+	w->owner = pthread_self();
+	pthread_mutex_init(&w->lock, NULL);
+	if ((rc = check_options(&w->opts, opts)))
+		goto fail;
+	w->scratch_cap = (size_t)w->opts.chunk_size + DVAR_ALIGN;
+	if ((size_t)LZ4_compressBound((int)w->opts.chunk_size) + DVAR_ALIGN > w->scratch_cap)
+		w->scratch_cap = (size_t)LZ4_compressBound((int)w->opts.chunk_size) + DVAR_ALIGN;
+
+	size_t len = strlen(dir);
+	while (len > 1 && dir[len - 1] == '/')
+		len--;
+	if (!len) {
+		rc = dvar_error_set(DVAR_EINVAL, "empty checkpoint path");
+		goto fail;
+	}
+	if (!(w->final_dir = strndup(dir, len)) || (root && (!(w->root = strdup(root)) ||
+	                                                     !(w->step_name = strdup(step_name))))) {
+		rc = dvar_error_set(DVAR_ENOMEM, "out of memory");
+		goto fail;
+	}
+	if (dvar_fs_exists(w->final_dir)) {
+		rc = dvar_error_set(DVAR_EEXISTS, "checkpoint '%s' already exists", w->final_dir);
+		goto fail;
+	}
+	/* The temporary directory is a hidden sibling, so the rename stays on one file system. */
+	const char *slash = strrchr(w->final_dir, '/');
+	char *parent = slash ? strndup(w->final_dir, slash == w->final_dir ? 1 : (size_t)(slash - w->final_dir))
+	                     : strdup(".");
+	const char *base = slash ? slash + 1 : w->final_dir;
+	static atomic_uint counter;
+	char tmpname[DVAR_MAX_NAME + 64];
+	if (!parent) {
+		rc = dvar_error_set(DVAR_ENOMEM, "out of memory");
+		goto fail;
+	}
+	snprintf(tmpname, sizeof(tmpname), ".%s.tmp-%ld-%u", base, (long)getpid(), atomic_fetch_add(&counter, 1));
+	rc = dvar_fs_mkdirs(parent);
+	if (!rc && !(w->tmp_dir = dvar_path_join(parent, tmpname)))
+		rc = dvar_error_set(DVAR_ENOMEM, "out of memory");
+	free(parent);
+	if (rc)
+		goto fail;
+	if (mkdir(w->tmp_dir, 0777) != 0) {
+		rc = dvar_error_set_errno(DVAR_EIO, errno, "create directory '%s'", w->tmp_dir);
+		free(w->tmp_dir);
+		w->tmp_dir = NULL;
+		goto fail;
+	}
+	char name[32];
+	dvar_data_file_name(name, sizeof(name), 0, 1);
+	if (!(w->data_path = dvar_path_join(w->tmp_dir, name))) {
+		rc = dvar_error_set(DVAR_ENOMEM, "out of memory");
+		goto fail;
+	}
+	if ((w->fd = open(w->data_path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666)) < 0) {
+		rc = dvar_error_set_errno(DVAR_EIO, errno, "create '%s'", w->data_path);
+		goto fail;
+	}
+	if (!(w->opts.flags & DVAR_WRITE_NO_DIRECT_IO))
+		w->fd_direct = open(w->data_path, O_WRONLY | O_DIRECT | O_CLOEXEC);
+	atomic_store(&w->direct_ok, w->fd_direct >= 0);
+	if ((rc = dvar_pool_create(&w->pool, w->opts.threads)))
+		goto fail;
+	*out = w;
+	return DVAR_OK;
+fail:
+	dvar_writer_free(w);
+	return rc;
+}
+
+int dvar_writer_open(dvar_writer **out, const char *dir, const dvar_write_options *opts)
+{
+	if (!out || !dir)
+		return dvar_error_set(DVAR_EINVAL, "dvar_writer_open: NULL argument");
+	return open_dir(out, dir, opts, NULL, NULL);
+}
+
+int dvar_writer_open_step(dvar_writer **out, const char *root, int64_t step,
+                          const dvar_write_options *opts)
+{
+	if (!out || !root)
+		return dvar_error_set(DVAR_EINVAL, "dvar_writer_open_step: NULL argument");
+	if (step < 0)
+		return dvar_error_set(DVAR_EINVAL, "step %lld is negative", (long long)step);
+	char name[32];
+	snprintf(name, sizeof(name), "ckpt-%lld", (long long)step);
+	char *dir = dvar_path_join(root, name);
+	if (!dir)
+		return dvar_error_set(DVAR_ENOMEM, "out of memory");
+	int rc = dvar_fs_mkdirs(root);
+	if (!rc)
+		rc = open_dir(out, dir, opts, root, name);
+	free(dir);
+	return rc;
+}
+
+/* ---------------------------------------------------------------- chunks */
+
+typedef struct {
+	dvar_writer *w;
+	const char *name;
+	dvar_slice_entry *se;
+	const unsigned char *data;
+} add_ctx;
+
+/* A cheap look at a chunk: does lz4 save >= 10% on a few pieces, fast enough? */
+static int lz4_pays(const dvar_writer *w, const unsigned char *raw, size_t len, unsigned char *out)
+{
+	size_t pieces = len >= 4 * SAMPLE_PIECE ? 4 : 1;
+	size_t plen = pieces == 1 ? len : SAMPLE_PIECE;
+	size_t in = 0, packed = 0;
+	double t0 = dvar_now();
+	for (size_t k = 0; k < pieces; k++) {
+		const unsigned char *p = raw + (pieces == 1 ? 0 : (len - plen) / (pieces - 1) * k);
+		int n = LZ4_compress_default((const char *)p, (char *)out, (int)plen, LZ4_compressBound((int)plen));
+		in += plen;
+		packed += n > 0 ? (size_t)n : plen;
+	}
+	double secs = dvar_now() - t0;
+	if (packed * 10 > in * 9)
+		return 0;
+	return secs <= 0 || (double)in / secs * dvar_pool_size(w->pool) >= LZ4_MIN_BYTES_PER_SEC;
+}
+
+static int write_padded(dvar_writer *w, const unsigned char *buf, size_t padded, uint64_t off)
+{
+	if (padded >= DIRECT_MIN && atomic_load(&w->direct_ok)) {
+		ssize_t n = pwrite(w->fd_direct, buf, padded, (off_t)off);
+		if (n == (ssize_t)padded)
+			return DVAR_OK;
+		/* Some file systems refuse O_DIRECT at write time: go buffered from now on. */
+		if (n < 0 && errno != EINVAL)
+			return dvar_error_set_errno(DVAR_EIO, errno, "write %zu bytes at offset %llu of '%s'",
+			                            padded, (unsigned long long)off, w->data_path);
+		atomic_store(&w->direct_ok, 0);
+	}
+	return dvar_fs_pwrite_all(w->fd, buf, padded, off, w->data_path);
+}
+
+static void report_progress(dvar_writer *w)
+{
+	if (!w->opts.progress || !pthread_equal(pthread_self(), w->owner))
+		return;
+	double now = dvar_now();
+	if (now - w->last_progress < 1.0 / 6)
+		return;
+	w->last_progress = now;
+	w->opts.progress(w->opts.progress_userdata, atomic_load(&w->bytes_done), 0);
+}
+
+static int write_chunk(void *vctx, size_t i)
+{
+	add_ctx *ctx = vctx;
+	dvar_writer *w = ctx->w;
+	dvar_slice_entry *se = ctx->se;
+	dvar_chunk *c = &se->chunks[i];
+	size_t len = (size_t)dvar_chunk_raw_len(se, i);
+	const unsigned char *raw = ctx->data + (size_t)i * se->chunk_size;
+	scratch s;
+	int rc = scratch_get(w, &s);
+	if (rc)
+		return rc;
+
+	c->codec = DVAR_CODEC_RAW;
+	c->stored = len;
+	if (w->opts.compress == DVAR_COMPRESS_LZ4 ||
+	    (w->opts.compress == DVAR_COMPRESS_AUTO && lz4_pays(w, raw, len, s.data))) {
+		/* A capacity of 90% makes lz4 give up when it would save less than 10%. */
+		int n = LZ4_compress_default((const char *)raw, (char *)s.data, (int)len, (int)(len - len / 10));
+		if (n > 0) {
+			c->codec = DVAR_CODEC_LZ4;
+			c->stored = (uint64_t)n;
+		}
+	}
+
+	const unsigned char *out = s.data;
+	if (c->codec == DVAR_CODEC_RAW) {
+		uint32_t *blocks = se->block_crcs + c->first_block;
+		uint32_t crc = 0;
+		for (uint32_t b = 0; b < dvar_chunk_num_blocks(se, i); b++) {
+			size_t off = (size_t)b * DVAR_BLOCK_SIZE;
+			size_t blen = len - off < DVAR_BLOCK_SIZE ? len - off : DVAR_BLOCK_SIZE;
+			blocks[b] = dvar_crc32c(raw + off, blen);
+			crc = b ? dvar_crc32c_combine(crc, blocks[b], blen) : blocks[b];
+		}
+		c->crc = crc;
+		/* Aligned caller memory goes to the disk as it is; anything else is
+		 * staged so that O_DIRECT sees aligned buffers. */
+		if ((uintptr_t)raw % DVAR_ALIGN == 0 && len % DVAR_ALIGN == 0)
+			out = raw;
+		else
+			memcpy(s.data, raw, len);
+	} else {
+		c->crc = dvar_crc32c(raw, len);
+	}
+	size_t padded = ((size_t)c->stored + DVAR_ALIGN - 1) / DVAR_ALIGN * DVAR_ALIGN;
+	if (out == s.data)
+		memset(s.data + c->stored, 0, padded - (size_t)c->stored);
+	c->offset = atomic_fetch_add(&w->next_offset, padded);
+	rc = write_padded(w, out, padded, c->offset);
+	scratch_put(w, s);
+	if (rc == DVAR_OK) {
+		atomic_fetch_add(&w->bytes_done, len);
+		DVAR_FAULT_POINT("chunk-written");
+		report_progress(w);
+	}
+	return rc;
+}
+
+/* ---------------------------------------------------------------- add */
+
+static int check_name(const char *name)
+{
+	size_t n = name ? strlen(name) : 0;
+	if (n == 0 || n > DVAR_MAX_NAME)
+		return dvar_error_set(DVAR_EINVAL, "variable name must be 1 to %d bytes, got %zu",
+		                      DVAR_MAX_NAME, n);
+	return DVAR_OK;
+}
+
+static int describe_slice(char *buf, size_t cap, const dvar_slice *s, const dvar_shape *full)
+{
+	dvar_slice_format(s, full, buf, cap);
+	if (!*buf)
+		snprintf(buf, cap, "(scalar)");
+	return 0;
+}
+
+int dvar_writer_add(dvar_writer *w, const char *name, int dtype, const dvar_shape *full,
+                    const dvar_slice *slice, const void *data)
+{
+	int rc;
+	if (!w || !full)
+		return dvar_error_set(DVAR_EINVAL, "dvar_writer_add: NULL argument");
+	if (w->broken || w->committed)
+		return dvar_error_set(DVAR_EINVAL, "writer for '%s' is %s", w->final_dir,
+		                      w->committed ? "already committed" : "unusable after an earlier write error");
+	if ((rc = check_name(name)))
+		return rc;
+	if (!dvar_dtype_size(dtype))
+		return dvar_error_set(DVAR_EINVAL, "variable '%s': unknown dtype %d", name, dtype);
+	dvar_shape shape;
+	uint64_t full_bytes, bytes;
+	if ((rc = dvar_shape_init(&shape, full->rank, full->dims)) ||
+	    (rc = dvar_shape_num_bytes(&shape, dtype, &full_bytes)))
+		return dvar_error_prefix("variable '%s'", name);
+	dvar_slice sl;
+	if (slice)
+		sl = *slice;
+	else
+		dvar_slice_full(&sl, &shape);
+	if ((rc = dvar_slice_check(&sl, &shape)))
+		return dvar_error_prefix("variable '%s'", name);
+	dvar_shape sshape;
+	dvar_slice_shape(&sl, &sshape);
+	dvar_shape_num_bytes(&sshape, dtype, &bytes);
+	if (!data && bytes)
+		return dvar_error_set(DVAR_EINVAL, "variable '%s': data is NULL", name);
+
+	char a[256], b[256];
+	dvar_var_entry *v = find_var(w, name);
+	if (v) {
+		if (v->dtype != dtype || !dvar_shape_equal(&v->shape, &shape)) {
+			char s1[128], s2[128];
+			dvar_shape_format(&v->shape, s1, sizeof(s1));
+			dvar_shape_format(&shape, s2, sizeof(s2));
+			return dvar_error_set(DVAR_ESHAPE, "variable '%s' was added as %s %s, now as %s %s",
+			                      name, dvar_dtype_name(v->dtype), s1, dvar_dtype_name(dtype), s2);
+		}
+		for (size_t j = 0; j < v->num_slices; j++) {
+			dvar_slice x;
+			uint64_t n = 0;
+			if (dvar_slice_intersect(&v->slices[j].slice, &sl, &x) == 1 &&
+			    dvar_slice_num_elements(&x, &n) == DVAR_OK && n > 0) {
+				describe_slice(a, sizeof(a), &sl, &shape);
+				describe_slice(b, sizeof(b), &v->slices[j].slice, &shape);
+				return dvar_error_set(DVAR_ESHAPE, "variable '%s': slice %s overlaps slice %s added before",
+				                      name, a, b);
+			}
+		}
+	} else {
+		if (w->num_vars == w->cap_vars) {
+			size_t cap = w->cap_vars ? w->cap_vars * 2 : 16;
+			dvar_var_entry *p = realloc(w->vars, cap * sizeof(*p));
+			if (!p)
+				return dvar_error_set(DVAR_ENOMEM, "out of memory");
+			w->vars = p;
+			w->cap_vars = cap;
+		}
+		v = &w->vars[w->num_vars];
+		memset(v, 0, sizeof(*v));
+		if (!(v->name = strdup(name)))
+			return dvar_error_set(DVAR_ENOMEM, "out of memory");
+		v->dtype = dtype;
+		v->shape = shape;
+		if ((rc = table_insert(w, w->num_vars))) {
+			free(v->name);
+			return rc;
+		}
+		w->num_vars++;
+	}
+
+	dvar_slice_entry *grown = realloc(v->slices, (v->num_slices + 1) * sizeof(*grown));
+	if (!grown)
+		return dvar_error_set(DVAR_ENOMEM, "out of memory");
+	v->slices = grown;
+	dvar_slice_entry *se = &v->slices[v->num_slices];
+	memset(se, 0, sizeof(*se));
+	se->slice = sl;
+	se->raw_bytes = bytes;
+	se->chunk_size = w->opts.chunk_size;
+	se->num_chunks = (size_t)((bytes + se->chunk_size - 1) / se->chunk_size);
+	for (size_t i = 0; i < se->num_chunks; i++)
+		se->num_block_crcs += dvar_chunk_num_blocks(se, i);
+	if ((se->num_chunks && !(se->chunks = calloc(se->num_chunks, sizeof(dvar_chunk)))) ||
+	    (se->num_block_crcs && !(se->block_crcs = malloc(se->num_block_crcs * sizeof(uint32_t))))) {
+		dvar_slice_entry_clear(se);
+		w->broken = 1;
+		return dvar_error_set(DVAR_ENOMEM, "out of memory");
+	}
+	/* Block checksums are laid out for every chunk; compressed chunks give theirs back below. */
+	for (size_t i = 0, blk = 0; i < se->num_chunks; i++) {
+		se->chunks[i].first_block = (uint32_t)blk;
+		blk += dvar_chunk_num_blocks(se, i);
+	}
+	add_ctx ctx = { w, name, se, data };
+	if ((rc = dvar_pool_for(w->pool, se->num_chunks, write_chunk, &ctx))) {
+		dvar_slice_entry_clear(se);
+		w->broken = 1;
+		return dvar_error_prefix("variable '%s'", name);
+	}
+	/* Compact: keep block checksums of raw chunks only, in chunk order. */
+	size_t kept = 0;
+	for (size_t i = 0; i < se->num_chunks; i++) {
+		dvar_chunk *c = &se->chunks[i];
+		if (c->codec != DVAR_CODEC_RAW)
+			continue;
+		uint32_t nb = dvar_chunk_num_blocks(se, i);
+		memmove(se->block_crcs + kept, se->block_crcs + c->first_block, nb * sizeof(uint32_t));
+		c->first_block = (uint32_t)kept;
+		kept += nb;
+	}
+	se->num_block_crcs = kept;
+	for (size_t i = 0; i < se->num_chunks; i++)
+		v->stored_bytes += se->chunks[i].stored;
+	v->raw_bytes += bytes;
+	v->num_slices++;
+	report_progress(w);
+	return DVAR_OK;
+}
+
+/* ---------------------------------------------------------------- commit */
+
+typedef struct {
+	dvar_bytes key, val;
+} kv;
+
+static int kv_cmp(const void *a, const void *b)
+{
+	const kv *x = a, *y = b;
+	size_t n = x->key.len < y->key.len ? x->key.len : y->key.len;
+	int c = n ? memcmp(x->key.data, y->key.data, n) : 0;
+	return c ? c : (x->key.len > y->key.len) - (x->key.len < y->key.len);
+}
+
+static int write_index(dvar_writer *w, const char *path)
+{
+	size_t n = 1;
+	for (size_t i = 0; i < w->num_vars; i++)
+		n += 1 + w->vars[i].num_slices;
+	kv *kvs = calloc(n, sizeof(kv));
+	dvar_index_builder *b = NULL;
+	int rc = DVAR_OK;
+	if (!kvs)
+		return dvar_error_set(DVAR_ENOMEM, "out of memory");
+
+	uint64_t size = atomic_load(&w->next_offset);
+	dvar_header h = { DVAR_FORMAT_VERSION, DVAR_FORMAT_MIN_READER, 1, &size, DVAR_BLOCK_SIZE, w->num_vars };
+	size_t k = 0;
+	rc = dvar_header_encode(&kvs[k++].val, &h);
+	for (size_t i = 0; !rc && i < w->num_vars; i++) {
+		const dvar_var_entry *v = &w->vars[i];
+		rc = dvar_key_var(&kvs[k].key, v->name);
+		if (!rc) rc = dvar_var_encode(&kvs[k++].val, v);
+		for (size_t j = 0; !rc && j < v->num_slices; j++) {
+			rc = dvar_key_slice(&kvs[k].key, v->name, (uint32_t)j);
+			if (!rc) rc = dvar_slice_entry_encode(&kvs[k++].val, &v->slices[j]);
+		}
+	}
+	if (rc)
+		goto done;
+	qsort(kvs, n, sizeof(kv), kv_cmp);
+	if ((rc = dvar_index_builder_open(&b, path)))
+		goto done;
+	for (size_t i = 0; !rc && i < n; i++)
+		rc = dvar_index_builder_add(b, kvs[i].key.data, kvs[i].key.len, kvs[i].val.data, kvs[i].val.len);
+	if (!rc)
+		rc = dvar_index_builder_finish(b);
+done:
+	dvar_index_builder_free(b);
+	for (size_t i = 0; i < n; i++) {
+		free(kvs[i].key.data);
+		free(kvs[i].val.data);
+	}
+	free(kvs);
+	return rc;
+}
+
+static int commit(dvar_writer *w)
+{
+	int rc;
+	int sync = !(w->opts.flags & DVAR_WRITE_NO_FSYNC);
+	if (sync && fsync(w->fd) != 0)
+		return dvar_error_set_errno(DVAR_EIO, errno, "fsync '%s'", w->data_path);
+	DVAR_FAULT_POINT("data-synced");
+	char *index = dvar_path_join(w->tmp_dir, DVAR_INDEX_NAME);
+	if (!index)
+		return dvar_error_set(DVAR_ENOMEM, "out of memory");
+	rc = write_index(w, index);
+	free(index);
+	if (rc)
+		return rc;
+	DVAR_FAULT_POINT("index-written");
+	if (sync && (rc = dvar_fs_fsync_path(w->tmp_dir)))
+		return rc;
+	if ((rc = dvar_fs_rename_noreplace(w->tmp_dir, w->final_dir)))
+		return dvar_error_prefix("commit");
+	free(w->tmp_dir);
+	w->tmp_dir = NULL;
+	w->committed = 1;
+	DVAR_FAULT_POINT("renamed");
+	const char *slash = strrchr(w->final_dir, '/');
+	char *parent = slash ? strndup(w->final_dir, slash == w->final_dir ? 1 : (size_t)(slash - w->final_dir))
+	                     : strdup(".");
+	if (!parent)
+		return dvar_error_set(DVAR_ENOMEM, "out of memory");
+	rc = sync ? dvar_fs_fsync_path(parent) : DVAR_OK;
+	free(parent);
+	if (!rc && w->root)
+		rc = dvar_root_publish(w->root, w->step_name, w->opts.keep_last);
+	return rc;
+}
+
+int dvar_writer_commit(dvar_writer *w)
+{
+	if (!w)
+		return dvar_error_set(DVAR_EINVAL, "dvar_writer_commit: NULL writer");
+	if (w->committed)
+		return dvar_error_set(DVAR_EINVAL, "checkpoint '%s' is already committed", w->final_dir);
+	if (w->broken)
+		return dvar_error_set(DVAR_EIO, "checkpoint '%s' not committed: an earlier write failed",
+		                      w->final_dir);
+	int rc = commit(w);
+	if (rc && !w->committed) {
+		w->broken = 1;
+		dvar_error_prefix("checkpoint '%s' not committed", w->final_dir);
+	}
+	return rc;
+}
+
+void dvar_writer_free(dvar_writer *w)
+{
+	if (!w)
+		return;
+	dvar_pool_free(w->pool);
+	if (w->fd >= 0)
+		close(w->fd);
+	if (w->fd_direct >= 0)
+		close(w->fd_direct);
+	if (w->tmp_dir) {
+		/* Keep the caller's error: cleanup failures are secondary. */
+		dvar_error saved = *dvar_error_last();
+		char msg[DVAR_ERROR_MESSAGE_MAX];
+		snprintf(msg, sizeof(msg), "%s", saved.message);
+		dvar_fs_rmtree(w->tmp_dir);
+		dvar_error_restore(saved.code, msg);
+	}
+	for (size_t i = 0; i < w->num_vars; i++)
+		dvar_var_entry_clear(&w->vars[i]);
+	for (size_t i = 0; i < w->num_free; i++)
+		free(w->free_scratch[i].data);
+	free(w->free_scratch);
+	free(w->vars);
+	free(w->table);
+	free(w->tmp_dir);
+	free(w->data_path);
+	free(w->final_dir);
+	free(w->root);
+	free(w->step_name);
+	pthread_mutex_destroy(&w->lock);
+	free(w);
+}

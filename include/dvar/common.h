@@ -1,0 +1,84 @@
+/*
+ * dvar/common.h - export macros, status codes, the thread-local error record
+ * and the callback types shared by every dvar module.
+ *
+ * Every dvar function that can fail returns an int: DVAR_OK (0) or one of the
+ * negative dvar_code values. The details of the last failure on the calling
+ * thread (what failed, on which file / variable / slice) are kept in a
+ * thread-local record that dvar_error_last() returns.
+ */
+#ifndef DVAR_COMMON_H
+#define DVAR_COMMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+#define DVAR_BEGIN_DECL extern "C" {
+#define DVAR_END_DECL }
+#else
+#define DVAR_BEGIN_DECL
+#define DVAR_END_DECL
+#endif
+
+#if defined(__GNUC__)
+#define DVAR_EXTERN(type) extern __attribute__((visibility("default"))) type
+#else
+#define DVAR_EXTERN(type) extern type
+#endif
+
+DVAR_BEGIN_DECL
+
+#define DVAR_VERSION_MAJOR 0
+#define DVAR_VERSION_MINOR 1
+#define DVAR_VERSION_PATCH 0
+#define DVAR_VERSION_STRING "0.1.0"
+
+/** Status codes. Zero is success; every error is negative. */
+typedef enum {
+	DVAR_OK = 0,
+	DVAR_ERROR = -1,     /**< generic failure */
+	DVAR_ENOTFOUND = -2, /**< a file, checkpoint or variable does not exist */
+	DVAR_EEXISTS = -3,   /**< the target already exists */
+	DVAR_EINVAL = -4,    /**< a bad argument: shape, dtype, name, slice, option */
+	DVAR_ENOMEM = -5,    /**< out of memory */
+	DVAR_EIO = -6,       /**< an operating-system I/O error */
+	DVAR_ECORRUPT = -7,  /**< on-disk data failed a check (checksum, size, encoding) */
+	DVAR_EVERSION = -8,  /**< written by a newer, incompatible format version */
+	DVAR_ESHAPE = -9,    /**< shapes or slices do not fit together */
+	DVAR_ECOMM = -10,    /**< a collective or a peer worker failed */
+	DVAR_EDEVICE = -11,  /**< an accelerator call failed */
+	DVAR_ENOTSUPP = -12  /**< the feature is not compiled in or not supported */
+} dvar_code;
+
+/** The last error on this thread. message is never NULL ("" after success). */
+typedef struct {
+	int code;
+	const char *message;
+} dvar_error;
+
+/**
+ * The last error raised on the calling thread.
+ * @return never NULL; valid until the next dvar call on this thread.
+ */
+DVAR_EXTERN(const dvar_error *) dvar_error_last(void);
+
+/** Clear the calling thread's error record. */
+DVAR_EXTERN(void) dvar_error_clear(void);
+
+/** A static, human-readable name for a status code ("I/O error"). */
+DVAR_EXTERN(const char *) dvar_strerror(int code);
+
+/** The library's version string ("0.1.0"). */
+DVAR_EXTERN(const char *) dvar_version(void);
+
+/**
+ * Progress of a long operation: done and total are in bytes (total is 0 when
+ * not known in advance, as for a writer). Called from the thread that started
+ * the operation, at most about six times per second.
+ */
+typedef void (*dvar_progress_fn)(void *userdata, uint64_t done, uint64_t total);
+
+DVAR_END_DECL
+
+#endif

@@ -1,0 +1,11 @@
+/*
+ * dvar/dvar.h - the whole public API of libdvar.
+ */
+#ifndef DVAR_DVAR_H
+#define DVAR_DVAR_H
+
+#include "common.h"
+#include "core.h"
+#include "format.h"
+
+#endif

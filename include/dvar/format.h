@@ -1,0 +1,212 @@
+/*
+ * dvar/format.h - the on-disk checkpoint: writing one, reading any slice of
+ * it back, verifying it, and the checkpoint root (ckpt-<step>/ directories
+ * plus the `checkpoint` pointer file). docs/FORMAT.md gives the bytes.
+ *
+ * A checkpoint is a directory holding an `index` (an immutable LevelDB table)
+ * and data files `data-0000w-of-0000W`. It is written into a temporary sibling
+ * directory and renamed into place by dvar_writer_commit, so a reader never
+ * sees a partial checkpoint.
+ */
+#ifndef DVAR_FORMAT_H
+#define DVAR_FORMAT_H
+
+#include "common.h"
+#include "core.h"
+
+DVAR_BEGIN_DECL
+
+/* ------------------------------------------------------------------ writer */
+
+/** How chunks are stored. */
+typedef enum {
+	/** lz4 where a cheap sample says it saves >= 10% and runs faster than
+	 *  the disk writes (see FORMAT.md); raw otherwise. */
+	DVAR_COMPRESS_AUTO = 0,
+	/** raw always (page-aligned, zero-copy readable). */
+	DVAR_COMPRESS_NONE = 1,
+	/** lz4 wherever it saves >= 10%, however slow. */
+	DVAR_COMPRESS_LZ4 = 2
+} dvar_compress;
+
+/** Writer flags. */
+#define DVAR_WRITE_NO_DIRECT_IO (1u << 0) /**< buffered writes, never O_DIRECT */
+#define DVAR_WRITE_NO_FSYNC (1u << 1)     /**< skip fsync (tests, scratch data) */
+
+#define DVAR_DEFAULT_CHUNK_SIZE (4u << 20)
+
+typedef struct {
+	unsigned int version;   /**< DVAR_WRITE_OPTIONS_VERSION */
+	uint64_t chunk_size;    /**< raw bytes per chunk; 0 = 4 MiB. A multiple of
+	                             4096 from 4096 to 1 GiB. */
+	dvar_compress compress; /**< default DVAR_COMPRESS_AUTO */
+	int threads;            /**< compression/checksum/write threads; 0 = CPUs */
+	uint32_t flags;         /**< DVAR_WRITE_* */
+	int keep_last;          /**< dvar_writer_open_step: keep this many; 0 = all */
+	dvar_progress_fn progress;
+	void *progress_userdata;
+} dvar_write_options;
+
+#define DVAR_WRITE_OPTIONS_VERSION 1
+#define DVAR_WRITE_OPTIONS_INIT { .version = DVAR_WRITE_OPTIONS_VERSION }
+
+typedef struct dvar_writer dvar_writer;
+
+/**
+ * Start writing a checkpoint that will appear at dir when committed. Nothing
+ * appears at dir before dvar_writer_commit succeeds.
+ * @param out   the writer; the caller frees it with dvar_writer_free
+ * @param dir   the checkpoint directory; DVAR_EEXISTS if it exists already
+ * @param opts  NULL for defaults
+ */
+DVAR_EXTERN(int) dvar_writer_open(dvar_writer **out, const char *dir,
+                                  const dvar_write_options *opts);
+
+/**
+ * Start writing step's checkpoint under a checkpoint root: it will be
+ * root/ckpt-<step>, and committing it also makes it the root's latest (the
+ * `checkpoint` pointer file) and deletes the checkpoints beyond
+ * opts->keep_last. The root is created when missing.
+ */
+DVAR_EXTERN(int) dvar_writer_open_step(dvar_writer **out, const char *root, int64_t step,
+                                       const dvar_write_options *opts);
+
+/**
+ * Save a variable, or one slice of it. The bytes are written before the call
+ * returns (chunked, checksummed, compressed and written in parallel).
+ * @param name   the variable's name: 1..1024 bytes, no NUL
+ * @param dtype  a dvar_dtype
+ * @param full   the variable's full shape
+ * @param slice  the part data holds; NULL for all of it. Slices of one
+ *               variable must not overlap and must agree on dtype and shape.
+ * @param data   the slice's elements, row-major; borrowed for the call
+ */
+DVAR_EXTERN(int) dvar_writer_add(dvar_writer *w, const char *name, int dtype,
+                                 const dvar_shape *full, const dvar_slice *slice,
+                                 const void *data);
+
+/**
+ * Finish: write the index, fsync every file and the directory, rename the
+ * temporary directory to its final name (and, for dvar_writer_open_step,
+ * update the pointer file and apply retention). After a failure nothing is
+ * committed and the temporary directory is removed.
+ */
+DVAR_EXTERN(int) dvar_writer_commit(dvar_writer *w);
+
+/** Free the writer; an uncommitted checkpoint is discarded. NULL is a no-op. */
+DVAR_EXTERN(void) dvar_writer_free(dvar_writer *w);
+
+/* ------------------------------------------------------------------ reader */
+
+typedef struct {
+	unsigned int version; /**< DVAR_READ_OPTIONS_VERSION */
+	int threads;          /**< read/decompress threads; 0 = CPUs */
+	dvar_progress_fn progress;
+	void *progress_userdata;
+} dvar_read_options;
+
+#define DVAR_READ_OPTIONS_VERSION 1
+#define DVAR_READ_OPTIONS_INIT { .version = DVAR_READ_OPTIONS_VERSION }
+
+/** What the index says of one variable. Strings are borrowed from the reader. */
+typedef struct {
+	const char *name;
+	int dtype;
+	dvar_shape shape;
+	size_t num_slices;     /**< slices saved */
+	uint64_t raw_bytes;    /**< bytes of the saved slices, uncompressed */
+	uint64_t stored_bytes; /**< bytes they take in the data files */
+	size_t num_chunks;
+} dvar_var_info;
+
+typedef struct dvar_reader dvar_reader;
+
+/**
+ * Open a checkpoint for reading, read-only (several processes may read one
+ * checkpoint at once).
+ * @param path  a checkpoint directory, or a root holding a `checkpoint`
+ *              pointer file (then its latest checkpoint)
+ */
+DVAR_EXTERN(int) dvar_reader_open(dvar_reader **out, const char *path,
+                                  const dvar_read_options *opts);
+
+/** Free the reader. NULL is a no-op. */
+DVAR_EXTERN(void) dvar_reader_free(dvar_reader *r);
+
+/** The checkpoint directory the reader opened (borrowed). */
+DVAR_EXTERN(const char *) dvar_reader_path(const dvar_reader *r);
+
+/** Number of variables, which are indexed 0..n-1 in name order. */
+DVAR_EXTERN(size_t) dvar_reader_num_vars(const dvar_reader *r);
+
+/** Describe variable i. */
+DVAR_EXTERN(int) dvar_reader_var(const dvar_reader *r, size_t i, dvar_var_info *out);
+
+/** Find a variable by name; DVAR_ENOTFOUND (naming it) when absent. */
+DVAR_EXTERN(int) dvar_reader_find(const dvar_reader *r, const char *name, size_t *out);
+
+/** The j-th saved slice of variable i. */
+DVAR_EXTERN(int) dvar_reader_var_slice(const dvar_reader *r, size_t i, size_t j,
+                                       dvar_slice *out);
+
+/**
+ * Read any hyperrectangle of variable i into dst (row-major), assembled from
+ * whatever slices were saved, reading only the chunks (and, for raw chunks,
+ * only the 64 KiB blocks) it needs and verifying each one's checksum.
+ * @param slice      NULL for the whole variable
+ * @param dst_bytes  the size of dst; must equal the slice's byte count
+ * One read at a time per reader.
+ */
+DVAR_EXTERN(int) dvar_reader_read(dvar_reader *r, size_t i, const dvar_slice *slice,
+                                  void *dst, uint64_t dst_bytes);
+
+/** Bytes this reader has read from data files so far. */
+DVAR_EXTERN(uint64_t) dvar_reader_bytes_read(const dvar_reader *r);
+
+/** One corrupt chunk found by dvar_reader_verify (strings borrowed for the call). */
+typedef struct {
+	const char *var;   /**< variable name */
+	const char *file;  /**< data file path */
+	uint64_t offset;   /**< the chunk's offset in the file */
+	uint64_t chunk;    /**< chunk number within its slice */
+	int code;          /**< DVAR_ECORRUPT, DVAR_EIO, ... */
+	const char *message;
+} dvar_bad_chunk;
+
+typedef void (*dvar_bad_chunk_fn)(void *userdata, const dvar_bad_chunk *bad);
+
+/**
+ * Read every chunk of every variable and check every checksum, calling bad
+ * for each chunk that fails.
+ * @param num_bad  the number of bad chunks found (may be NULL)
+ * @return DVAR_OK when every chunk checked (num_bad tells whether any were
+ *         bad); an error only when the walk itself could not proceed.
+ */
+DVAR_EXTERN(int) dvar_reader_verify(dvar_reader *r, dvar_bad_chunk_fn bad, void *userdata,
+                                    uint64_t *num_bad);
+
+/* -------------------------------------------------------------------- root */
+
+/** One checkpoint under a root. Strings are borrowed from the listing. */
+typedef struct {
+	const char *name;  /**< directory name, "ckpt-100" */
+	int64_t step;      /**< -1 when the name carries no step */
+	uint64_t bytes;    /**< bytes of its files */
+	int is_latest;     /**< the pointer file names it */
+	int is_kept;       /**< the pointer file lists it */
+} dvar_root_entry;
+
+typedef struct dvar_root_list dvar_root_list;
+
+/**
+ * List the committed checkpoints under root (directories holding an index),
+ * in step order, marked with what the pointer file says.
+ */
+DVAR_EXTERN(int) dvar_root_list_open(dvar_root_list **out, const char *root);
+DVAR_EXTERN(size_t) dvar_root_list_count(const dvar_root_list *l);
+DVAR_EXTERN(int) dvar_root_list_get(const dvar_root_list *l, size_t i, dvar_root_entry *out);
+DVAR_EXTERN(void) dvar_root_list_free(dvar_root_list *l);
+
+DVAR_END_DECL
+
+#endif

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# install-deps.sh - install the Debian packages dvar builds and tests with.
+#
+# Quick when everything is there: each package is checked with dpkg first and
+# apt-get runs only for what is missing. As root it installs them; otherwise
+# it prints the command to run and exits 1.
+set -euo pipefail
+
+# make is listed because it is only a recommendation of cmake, and
+# recommendations are not installed.
+packages=(cmake make g++ pkg-config libleveldb-dev liblz4-dev libopenmpi-dev openmpi-bin
+	libcmocka-dev python3-numpy)
+
+if ! command -v dpkg >/dev/null 2>&1; then
+	echo "install-deps: not a Debian-based system; install these (or their equivalents):" >&2
+	echo "  ${packages[*]}" >&2
+	exit 1
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+	# dpkg -s also succeeds for removed packages that left config files behind.
+	if ! dpkg -s "$p" 2>/dev/null | grep -q '^Status: install ok installed'; then
+		missing+=("$p")
+	fi
+done
+if [ ${#missing[@]} -eq 0 ]; then
+	echo "install-deps: all ${#packages[@]} packages present"
+	exit 0
+fi
+
+if [ "$(id -u)" -ne 0 ]; then
+	echo "install-deps: missing packages: ${missing[*]}" >&2
+	echo "run as root:" >&2
+	echo "  apt-get update && apt-get install -y --no-install-recommends ${missing[*]}" >&2
+	exit 1
+fi
+
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -q
+apt-get install -y -q --no-install-recommends "${missing[@]}"
