@@ -13,6 +13,8 @@
 #include "dvar/common.h"
 #include "dvar/core.h"
 
+DVAR_BEGIN_DECL
+
 #if defined(__GNUC__)
 #define DVAR_PRINTF(f, a) __attribute__((format(printf, f, a)))
 #else
@@ -79,5 +81,7 @@ int dvar_pool_for(dvar_pool *pool, size_t n, int (*fn)(void *ctx, size_t i), voi
 
 /** Monotonic clock in seconds. */
 double dvar_now(void);
+
+DVAR_END_DECL
 
 #endif

@@ -21,6 +21,7 @@ struct dvar_index_builder {
 	std::unique_ptr<leveldb::WritableFile> file;
 	leveldb::Options options;
 	std::unique_ptr<leveldb::TableBuilder> table;
+	bool closed = false; /* Finish or Abandon was called */
 };
 
 static int index_error(int code, const char *op, const std::string &path, const leveldb::Status &s)
@@ -62,6 +63,7 @@ extern "C" int dvar_index_builder_add(dvar_index_builder *b, const void *key, si
 extern "C" int dvar_index_builder_finish(dvar_index_builder *b)
 {
 	leveldb::Status s = b->table->Finish();
+	b->closed = true;
 	if (!s.ok())
 		return index_error(DVAR_EIO, "finish", b->path, s);
 	if (!(s = b->file->Sync()).ok())
@@ -76,10 +78,8 @@ extern "C" void dvar_index_builder_free(dvar_index_builder *b)
 	if (!b)
 		return;
 	/* A TableBuilder must be finished or abandoned before it is destroyed. */
-	if (b->table) {
+	if (b->table && !b->closed)
 		b->table->Abandon();
-		b->table.reset();
-	}
 	delete b;
 }
 
@@ -90,6 +90,10 @@ extern "C" int dvar_index_scan(const char *path, dvar_index_visit_fn fn, void *u
 	leveldb::Status s = env->GetFileSize(path, &size);
 	if (!s.ok())
 		return index_error(s.IsNotFound() ? DVAR_ENOTFOUND : DVAR_EIO, "open", path, s);
+	/* A table ends in a 48-byte footer; anything shorter is damage, not an I/O problem. */
+	if (size < 48)
+		return dvar_error_set(DVAR_ECORRUPT, "index '%s' is %llu bytes, too short to be a table",
+		                      path, (unsigned long long)size);
 	leveldb::RandomAccessFile *raw = nullptr;
 	if (!(s = env->NewRandomAccessFile(path, &raw)).ok())
 		return index_error(s.IsNotFound() ? DVAR_ENOTFOUND : DVAR_EIO, "open", path, s);

@@ -1,0 +1,281 @@
+/*
+ * tests/unit/format/test_format_corrupt.c - damaged checkpoints give clear
+ * errors that name the place, never wrong numbers: a flipped byte in a data
+ * file (raw and lz4 chunks), a truncated or missing data file, a garbage,
+ * truncated or too-new index.
+ */
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "testutil.h"
+#include "dvar/dvar.h"
+#include "format/format.h"
+
+#define ROWS 64
+#define COLS 1024 /* 256 KiB of float32: 8 chunks of 32 KiB */
+
+typedef struct {
+	char *dir, *ck, *data, *index;
+	float *values;
+} fixture;
+
+static int make(void **state, dvar_compress compress)
+{
+	fixture *f = calloc(1, sizeof(*f));
+	f->dir = tu_mkdtemp();
+	f->ck = tu_path(f->dir, "ck");
+	f->data = tu_path(f->ck, "data-00000-of-00001");
+	f->index = tu_path(f->ck, "index");
+	f->values = malloc(ROWS * COLS * sizeof(float));
+	for (int i = 0; i < ROWS * COLS; i++)
+		f->values[i] = (i / COLS) % 2 ? 0.0f : (float)i * 0.5f;
+	dvar_write_options o = DVAR_WRITE_OPTIONS_INIT;
+	o.chunk_size = 32768;
+	o.compress = compress;
+	o.flags = DVAR_WRITE_NO_FSYNC;
+	const int64_t dims[2] = { ROWS, COLS };
+	dvar_shape shape;
+	dvar_shape_init(&shape, 2, dims);
+	dvar_writer *w;
+	assert_int_equal(dvar_writer_open(&w, f->ck, &o), DVAR_OK);
+	assert_int_equal(dvar_writer_add(w, "weights", DVAR_FLOAT32, &shape, NULL, f->values), DVAR_OK);
+	assert_int_equal(dvar_writer_commit(w), DVAR_OK);
+	dvar_writer_free(w);
+	*state = f;
+	return 0;
+}
+
+static int setup_raw(void **state) { return make(state, DVAR_COMPRESS_NONE); }
+static int setup_lz4(void **state) { return make(state, DVAR_COMPRESS_LZ4); }
+
+static int teardown(void **state)
+{
+	fixture *f = *state;
+	tu_rmtree(f->dir);
+	free(f->dir); free(f->ck); free(f->data); free(f->index); free(f->values);
+	free(f);
+	return 0;
+}
+
+static void flip_byte(const char *path, off_t off)
+{
+	int fd = open(path, O_RDWR);
+	assert_true(fd >= 0);
+	unsigned char b;
+	assert_int_equal(pread(fd, &b, 1, off), 1);
+	b ^= 0x40;
+	assert_int_equal(pwrite(fd, &b, 1, off), 1);
+	close(fd);
+}
+
+typedef struct {
+	int count;
+	char first[1024];
+	uint64_t first_chunk, first_offset;
+} bad_log;
+
+static void on_bad(void *ud, const dvar_bad_chunk *b)
+{
+	bad_log *log = ud;
+	if (!log->count++) {
+		snprintf(log->first, sizeof(log->first), "%s | %s | %s", b->var, b->file, b->message);
+		log->first_chunk = b->chunk;
+		log->first_offset = b->offset;
+	}
+}
+
+static int read_all(const char *path, float *out)
+{
+	dvar_reader *r;
+	int rc = dvar_reader_open(&r, path, NULL);
+	if (rc)
+		return rc;
+	rc = dvar_reader_read(r, 0, NULL, out, ROWS * COLS * sizeof(float));
+	dvar_reader_free(r);
+	return rc;
+}
+
+static void flipped_byte(fixture *f, const char *expect)
+{
+	dvar_reader *r;
+	assert_int_equal(dvar_reader_open(&r, f->ck, NULL), DVAR_OK);
+	bad_log log = { 0 };
+	uint64_t nbad;
+	assert_int_equal(dvar_reader_verify(r, on_bad, &log, &nbad), DVAR_OK);
+	assert_int_equal(nbad, 0);
+	dvar_reader_free(r);
+
+	struct stat st;
+	assert_int_equal(stat(f->data, &st), 0);
+	flip_byte(f->data, 2 * 32768 + 100 < st.st_size ? 2 * 32768 + 100 : st.st_size / 2);
+
+	assert_int_equal(dvar_reader_open(&r, f->ck, NULL), DVAR_OK);
+	assert_int_equal(dvar_reader_verify(r, on_bad, &log, &nbad), DVAR_OK);
+	assert_int_equal(nbad, 1);
+	assert_int_equal(log.count, 1);
+	assert_non_null(strstr(log.first, "weights"));
+	assert_non_null(strstr(log.first, "data-00000-of-00001"));
+	assert_non_null(strstr(log.first, expect));
+	dvar_reader_free(r);
+
+	float *out = malloc(ROWS * COLS * sizeof(float));
+	assert_int_equal(read_all(f->ck, out), DVAR_ECORRUPT);
+	tu_assert_error_contains("variable 'weights' slice -:- chunk");
+	tu_assert_error_contains(expect);
+	free(out);
+}
+
+static void test_format_corrupt__flipped_byte_raw(void **state)
+{
+	flipped_byte(*state, "checksum mismatch in block");
+}
+
+static void test_format_corrupt__flipped_byte_lz4(void **state)
+{
+	fixture *f = *state;
+	dvar_reader *r;
+	dvar_var_info info;
+	assert_int_equal(dvar_reader_open(&r, f->ck, NULL), DVAR_OK);
+	assert_int_equal(dvar_reader_var(r, 0, &info), DVAR_OK);
+	assert_true(info.stored_bytes < info.raw_bytes);
+	dvar_reader_free(r);
+	/* A flipped byte in lz4 data either breaks decompression or the checksum. */
+	flipped_byte(f, "chunk");
+}
+
+static void test_format_corrupt__truncated_data(void **state)
+{
+	fixture *f = *state;
+	struct stat st;
+	assert_int_equal(stat(f->data, &st), 0);
+	assert_int_equal(truncate(f->data, st.st_size / 2), 0);
+	float *out = malloc(ROWS * COLS * sizeof(float));
+	assert_int_equal(read_all(f->ck, out), DVAR_ECORRUPT);
+	tu_assert_error_contains("data file is truncated");
+	tu_assert_error_contains("data-00000-of-00001");
+	dvar_reader *r;
+	uint64_t nbad;
+	assert_int_equal(dvar_reader_open(&r, f->ck, NULL), DVAR_OK);
+	assert_int_equal(dvar_reader_verify(r, NULL, NULL, &nbad), DVAR_OK);
+	assert_true(nbad >= 1);
+	dvar_reader_free(r);
+	free(out);
+}
+
+static void test_format_corrupt__missing_data(void **state)
+{
+	fixture *f = *state;
+	assert_int_equal(unlink(f->data), 0);
+	float *out = malloc(ROWS * COLS * sizeof(float));
+	assert_int_equal(read_all(f->ck, out), DVAR_ECORRUPT);
+	tu_assert_error_contains("data file is missing or unreadable: No such file or directory");
+	free(out);
+}
+
+static void write_file(const char *path, const void *p, size_t n)
+{
+	FILE *fp = fopen(path, "wb");
+	assert_non_null(fp);
+	assert_int_equal(fwrite(p, 1, n, fp), n);
+	fclose(fp);
+}
+
+static void test_format_corrupt__garbage_index(void **state)
+{
+	fixture *f = *state;
+	char junk[300];
+	tu_fill_random(junk, sizeof(junk), 3);
+	write_file(f->index, junk, sizeof(junk));
+	dvar_reader *r;
+	assert_int_equal(dvar_reader_open(&r, f->ck, NULL), DVAR_ECORRUPT);
+	tu_assert_error_contains("index");
+	tu_assert_error_contains("not a readable table");
+	assert_null(r);
+}
+
+static void test_format_corrupt__truncated_index(void **state)
+{
+	fixture *f = *state;
+	struct stat st;
+	assert_int_equal(stat(f->index, &st), 0);
+	assert_int_equal(truncate(f->index, st.st_size - 10), 0);
+	dvar_reader *r;
+	assert_int_equal(dvar_reader_open(&r, f->ck, NULL), DVAR_ECORRUPT);
+	tu_assert_error_contains("checkpoint '");
+	tu_assert_error_contains("index");
+	/* An empty index file too. */
+	assert_int_equal(truncate(f->index, 0), 0);
+	assert_int_equal(dvar_reader_open(&r, f->ck, NULL), DVAR_ECORRUPT);
+}
+
+static void test_format_corrupt__flipped_index_byte(void **state)
+{
+	fixture *f = *state;
+	flip_byte(f->index, 20);
+	dvar_reader *r;
+	assert_int_equal(dvar_reader_open(&r, f->ck, NULL), DVAR_ECORRUPT);
+	tu_assert_error_contains("index");
+}
+
+/* An index written by a future version that old readers must refuse. */
+static void test_format_corrupt__newer_version(void **state)
+{
+	fixture *f = *state;
+	unlink(f->index);
+	dvar_index_builder *b;
+	dvar_bytes v = { 0 };
+	uint64_t size = 0;
+	dvar_header h = { 7, 5, 1, &size, DVAR_BLOCK_SIZE, 0 };
+	assert_int_equal(dvar_header_encode(&v, &h), DVAR_OK);
+	assert_int_equal(dvar_index_builder_open(&b, f->index), DVAR_OK);
+	assert_int_equal(dvar_index_builder_add(b, "", 0, v.data, v.len), DVAR_OK);
+	assert_int_equal(dvar_index_builder_finish(b), DVAR_OK);
+	dvar_index_builder_free(b);
+	free(v.data);
+	dvar_reader *r;
+	assert_int_equal(dvar_reader_open(&r, f->ck, NULL), DVAR_EVERSION);
+	tu_assert_error_contains("checkpoint format version 7 needs a reader of version 5 or newer; this dvar reads version 1");
+}
+
+/* A slice entry whose chunk count is absurd must fail before any allocation. */
+static void test_format_corrupt__hostile_entry(void **state)
+{
+	(void)state;
+	unsigned char evil[] = { 1, 0, 10, 0, 0x80, 0x20, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x01 };
+	dvar_slice_entry se;
+	assert_int_equal(dvar_slice_entry_decode(&se, evil, sizeof(evil), "test"), DVAR_ECORRUPT);
+	tu_assert_error_contains("index entry test");
+}
+
+static void test_format_corrupt__not_a_checkpoint(void **state)
+{
+	fixture *f = *state;
+	dvar_reader *r;
+	assert_int_equal(dvar_reader_open(&r, f->dir, NULL), DVAR_ENOTFOUND);
+	tu_assert_error_contains("is neither a checkpoint (no index) nor a checkpoint root (no checkpoint file)");
+	char *nowhere = tu_path(f->dir, "nowhere");
+	assert_int_equal(dvar_reader_open(&r, nowhere, NULL), DVAR_ENOTFOUND);
+	tu_assert_error_contains("does not exist");
+	free(nowhere);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_format_corrupt__flipped_byte_raw, setup_raw, teardown),
+		cmocka_unit_test_setup_teardown(test_format_corrupt__flipped_byte_lz4, setup_lz4, teardown),
+		cmocka_unit_test_setup_teardown(test_format_corrupt__truncated_data, setup_raw, teardown),
+		cmocka_unit_test_setup_teardown(test_format_corrupt__missing_data, setup_raw, teardown),
+		cmocka_unit_test_setup_teardown(test_format_corrupt__garbage_index, setup_raw, teardown),
+		cmocka_unit_test_setup_teardown(test_format_corrupt__truncated_index, setup_raw, teardown),
+		cmocka_unit_test_setup_teardown(test_format_corrupt__flipped_index_byte, setup_raw, teardown),
+		cmocka_unit_test_setup_teardown(test_format_corrupt__newer_version, setup_raw, teardown),
+		cmocka_unit_test_setup_teardown(test_format_corrupt__hostile_entry, setup_raw, teardown),
+		cmocka_unit_test_setup_teardown(test_format_corrupt__not_a_checkpoint, setup_raw, teardown),
+	};
+	return cmocka_run_group_tests_name("format/corrupt", tests, NULL, NULL);
+}

@@ -1,0 +1,229 @@
+/*
+ * tests/unit/format/test_format_root.c - checkpoint roots: the pointer file,
+ * keep-last-N retention, resolving a root to its latest checkpoint, listing;
+ * and crash safety: a child process killed at each point of a save leaves
+ * the previous checkpoint and the pointer file intact and readable.
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "testutil.h"
+#include "dvar/dvar.h"
+#include "format/format.h"
+
+#define N 300000 /* float32 elements per variable: several chunks */
+
+typedef struct {
+	char *root;
+} fixture;
+
+static int setup(void **state)
+{
+	fixture *f = calloc(1, sizeof(*f));
+	f->root = tu_mkdtemp();
+	*state = f;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	fixture *f = *state;
+	tu_rmtree(f->root);
+	free(f->root);
+	free(f);
+	return 0;
+}
+
+static float value_at(int64_t step, int i)
+{
+	return (float)step * 1000.0f + (float)(i % 977);
+}
+
+static int save_step(const char *root, int64_t step, int keep)
+{
+	float *v = malloc(N * sizeof(float));
+	for (int i = 0; i < N; i++)
+		v[i] = value_at(step, i);
+	dvar_write_options o = DVAR_WRITE_OPTIONS_INIT;
+	o.chunk_size = 65536;
+	o.compress = DVAR_COMPRESS_NONE; /* sizes below are exact */
+	o.keep_last = keep;
+	dvar_writer *w;
+	const int64_t dims[1] = { N };
+	dvar_shape shape;
+	dvar_shape_init(&shape, 1, dims);
+	int rc = dvar_writer_open_step(&w, root, step, &o);
+	if (!rc)
+		rc = dvar_writer_add(w, "v", DVAR_FLOAT32, &shape, NULL, v);
+	if (!rc)
+		rc = dvar_writer_commit(w);
+	dvar_writer_free(w);
+	free(v);
+	return rc;
+}
+
+/* Open path (a root or a checkpoint) and check every value belongs to step. */
+static void check_step(const char *path, int64_t step)
+{
+	dvar_reader *r;
+	if (dvar_reader_open(&r, path, NULL))
+		fail_msg("open %s: %s", path, dvar_error_last()->message);
+	float *v = malloc(N * sizeof(float));
+	assert_int_equal(dvar_reader_read(r, 0, NULL, v, N * sizeof(float)), DVAR_OK);
+	for (int i = 0; i < N; i++)
+		if (v[i] != value_at(step, i))
+			fail_msg("%s: element %d is %g, expected %g", path, i, v[i], value_at(step, i));
+	char name[32];
+	snprintf(name, sizeof(name), "ckpt-%lld", (long long)step);
+	assert_non_null(strstr(dvar_reader_path(r), name));
+	dvar_reader_free(r);
+	free(v);
+}
+
+static char *read_pointer(const char *root)
+{
+	char *p = tu_path(root, "checkpoint"), *text;
+	size_t len;
+	assert_int_equal(dvar_fs_read_file(p, &text, &len, 1 << 20), DVAR_OK);
+	free(p);
+	return text;
+}
+
+static void test_format_root__latest_and_retention(void **state)
+{
+	fixture *f = *state;
+	for (int64_t s = 1; s <= 4; s++)
+		assert_int_equal(save_step(f->root, s * 100, 2), DVAR_OK);
+	char *text = read_pointer(f->root);
+	assert_string_equal(text, "model_checkpoint_path: \"ckpt-400\"\n"
+	                          "all_model_checkpoint_paths: \"ckpt-300\"\n"
+	                          "all_model_checkpoint_paths: \"ckpt-400\"\n");
+	free(text);
+	check_step(f->root, 400);
+	char *old = tu_path(f->root, "ckpt-200");
+	assert_false(dvar_fs_exists(old));
+	free(old);
+
+	dvar_root_list *l;
+	dvar_root_entry e;
+	assert_int_equal(dvar_root_list_open(&l, f->root), DVAR_OK);
+	assert_int_equal(dvar_root_list_count(l), 2);
+	assert_int_equal(dvar_root_list_get(l, 0, &e), DVAR_OK);
+	assert_string_equal(e.name, "ckpt-300");
+	assert_int_equal(e.step, 300);
+	assert_false(e.is_latest);
+	assert_true(e.is_kept);
+	assert_true(e.bytes >= N * sizeof(float));
+	assert_int_equal(dvar_root_list_get(l, 1, &e), DVAR_OK);
+	assert_string_equal(e.name, "ckpt-400");
+	assert_true(e.is_latest);
+	assert_int_equal(dvar_root_list_get(l, 2, &e), DVAR_EINVAL);
+	dvar_root_list_free(l);
+
+	/* The same step twice is refused; the existing one is untouched. */
+	assert_int_equal(save_step(f->root, 400, 2), DVAR_EEXISTS);
+	tu_assert_error_contains("ckpt-400' already exists");
+	check_step(f->root, 400);
+}
+
+static void test_format_root__bad_pointer(void **state)
+{
+	fixture *f = *state;
+	assert_int_equal(save_step(f->root, 1, 0), DVAR_OK);
+	char *p = tu_path(f->root, "checkpoint");
+	FILE *fp = fopen(p, "w");
+	fputs("model_checkpoint_path: ckpt-1\n", fp);
+	fclose(fp);
+	dvar_reader *r;
+	assert_int_equal(dvar_reader_open(&r, f->root, NULL), DVAR_ECORRUPT);
+	tu_assert_error_contains("line 1 is malformed");
+	fp = fopen(p, "w");
+	fputs("model_checkpoint_path: \"ckpt-9\"\n", fp);
+	fclose(fp);
+	assert_int_equal(dvar_reader_open(&r, f->root, NULL), DVAR_ENOTFOUND);
+	tu_assert_error_contains("its latest checkpoint 'ckpt-9' does not exist");
+	/* TensorFlow's own fields are accepted. */
+	fp = fopen(p, "w");
+	fputs("model_checkpoint_path: \"ckpt-1\"\nall_model_checkpoint_paths: \"ckpt-1\"\n"
+	      "all_model_checkpoint_timestamps: 1700000000.5\nlast_preserved_timestamp: 1.0\n", fp);
+	fclose(fp);
+	check_step(f->root, 1);
+	free(p);
+}
+
+static const char *crash_point;
+static int crash_after;
+
+static void crash_hook(const char *point)
+{
+	if (strcmp(point, crash_point) == 0 && --crash_after <= 0)
+		raise(SIGKILL);
+}
+
+/* Kill a save of step 2 at `point` (its n-th passage) and check what survives. */
+static void crash_at(const char *root, const char *point, int n, int64_t expect_latest)
+{
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		crash_point = point;
+		crash_after = n;
+		dvar__fault_hook = crash_hook;
+		save_step(root, 2, 1);
+		_exit(0); /* not reached when the point is hit */
+	}
+	int status;
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	if (!WIFSIGNALED(status) || WTERMSIG(status) != SIGKILL)
+		fail_msg("the save never reached fault point %s", point);
+	check_step(root, expect_latest);
+	char *one = tu_path(root, "ckpt-1");
+	check_step(one, 1);
+	free(one);
+	dvar_root_list *l;
+	assert_int_equal(dvar_root_list_open(&l, root), DVAR_OK);
+	for (size_t i = 0; i < dvar_root_list_count(l); i++) {
+		dvar_root_entry e;
+		dvar_root_list_get(l, i, &e);
+		char *dir = tu_path(root, e.name);
+		check_step(dir, e.step); /* whatever is listed is whole */
+		free(dir);
+	}
+	dvar_root_list_free(l);
+}
+
+static void test_format_root__crash_during_save(void **state)
+{
+	fixture *f = *state;
+	static const struct {
+		const char *point;
+		int n;
+		int64_t latest;
+	} points[] = {
+		{ "chunk-written", 1, 1 }, { "chunk-written", 3, 1 }, { "data-synced", 1, 1 },
+		{ "index-written", 1, 1 }, { "renamed", 1, 1 }, { "before-pointer", 1, 1 },
+		{ "atomic-before-rename", 1, 1 }, { "pointer-written", 1, 2 },
+	};
+	for (size_t i = 0; i < sizeof(points) / sizeof(points[0]); i++) {
+		char name[64];
+		snprintf(name, sizeof(name), "root%zu", i);
+		char *root = tu_path(f->root, name);
+		assert_int_equal(save_step(root, 1, 1), DVAR_OK);
+		crash_at(root, points[i].point, points[i].n, points[i].latest);
+		free(root);
+	}
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_format_root__latest_and_retention, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_format_root__bad_pointer, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_format_root__crash_during_save, setup, teardown),
+	};
+	return cmocka_run_group_tests_name("format/root", tests, NULL, NULL);
+}
