@@ -2,6 +2,7 @@
  * core/pool.c - a fixed pool of worker threads for parallel loops (checksum,
  * compress, copy). dvar_pool_for hands out task indices through an atomic
  * counter; the calling thread works too, so a pool of size n runs n-1 workers.
+ * A task must not call dvar_pool_for on its own pool: it would wait for itself.
  */
 #include <errno.h>
 #include <pthread.h>

@@ -162,6 +162,7 @@ int dvar_slice_parse(dvar_slice *out, const char *spec, const dvar_shape *full)
 	dvar_slice s;
 	int32_t parts = 0;
 	const char *p;
+	int rc;
 
 	if (!spec)
 		return dvar_error_set(DVAR_EINVAL, "slice text is NULL");
@@ -188,7 +189,6 @@ int dvar_slice_parse(dvar_slice *out, const char *spec, const dvar_shape *full)
 	p = spec;
 	for (int32_t d = 0; d < parts; d++) {
 		const char *end = strchr(p, ':');
-		int rc;
 
 		if (!end)
 			end = p + strlen(p);
@@ -197,8 +197,9 @@ int dvar_slice_parse(dvar_slice *out, const char *spec, const dvar_shape *full)
 			return rc;
 		p = end + 1;
 	}
-	if (dvar_slice_check(&s, full) != DVAR_OK)
-		return dvar_error_last()->code;
+	rc = dvar_slice_check(&s, full);
+	if (rc != DVAR_OK)
+		return rc;
 	*out = s;
 	return DVAR_OK;
 }

@@ -137,6 +137,7 @@ static int truncated(const reader *r)
 static int get_varint(reader *r, uint64_t *out)
 {
 	uint64_t v = 0;
+	*out = 0;
 	for (int shift = 0; shift < 64 && r->p < r->end; shift += 7) {
 		unsigned char b = *r->p++;
 		v |= (uint64_t)(b & 0x7f) << shift;
