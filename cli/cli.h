@@ -135,6 +135,7 @@ void cli_format_elem(char *buf, size_t cap, int dtype, const void *p);
 /* A progress line on stderr, drawn with '\r' at most ~6 times a second. */
 typedef struct {
 	const char *label;
+	uint64_t total;  /* shown when an update's total is 0 (unknown to the caller) */
 	int enabled;
 	int eager;      /* forced with --progress: draw from the first update */
 	double start;
@@ -198,8 +199,14 @@ typedef struct {
 	int done;
 } cli_walk;
 
-/* The budget in elements of dtype that fits max_bytes with per-element overhead. */
-uint64_t cli_walk_budget(uint64_t max_bytes, size_t bytes_per_elem);
+/* Bytes a command holds for one piece, all its buffers together. */
+#define CLI_PIECE_BYTES (64u << 20)
+
+/*
+ * Elements per piece when each costs bytes_per_elem of buffers: the budget
+ * is CLI_PIECE_BYTES, or $DVAR_CLI_PIECE_BYTES (a testing knob).
+ */
+uint64_t cli_walk_budget(size_t bytes_per_elem);
 void cli_walk_init(cli_walk *w, const dvar_slice *region, uint64_t max_elems);
 /* The next piece and its element count; 0 when the walk is over. */
 int cli_walk_next(cli_walk *w, dvar_slice *piece, uint64_t *num_elems);

@@ -12,7 +12,6 @@
 #include "cli.h"
 
 #define PRINT_LIMIT 10000
-#define PIECE_BYTES (64u << 20)
 #define CONVERT_BATCH 4096
 
 static const char *path;
@@ -29,7 +28,8 @@ static const cli_opt opts[] = {
 	{ CLI_OPT_STRING, "slice", "SPEC", &slice_spec, 0, 0,
 	  "only this slice, in TensorFlow's slice text: per dimension\n"
 	  "\"start,length\" or \"-\" (all of it), joined by ':' (\"0,2:-\")" },
-	{ CLI_OPT_STRING, "npy", "FILE", &npy_path, 0, 0, "write a .npy file instead of text" },
+	{ CLI_OPT_STRING, "npy", "FILE", &npy_path, 0, 0,
+	  "write a .npy file instead of text (FILE may be /dev/stdout)" },
 	{ CLI_OPT_SWITCH, "force", NULL, &force, 1, 0,
 	  "print more than 10000 elements as text" },
 	CLI_PROGRESS_OPTS(&progress),
@@ -52,7 +52,7 @@ static int read_pieces(dvar_reader *r, size_t i, int dtype, const dvar_slice *sl
                        piece_fn fn, void *ctx)
 {
 	size_t esize = dvar_dtype_size(dtype);
-	uint64_t budget = cli_walk_budget(PIECE_BYTES, esize), total, done = 0, n;
+	uint64_t budget = cli_walk_budget(esize), total, done = 0, n;
 	dvar_slice piece;
 	cli_walk w;
 	cli_progress pr;
@@ -173,29 +173,59 @@ static int write_piece(void *ctx, const void *data, uint64_t n)
 	return CLI_EXIT_OK;
 }
 
-/* Written to a temporary sibling and renamed, so a failure leaves no partial file. */
+/*
+ * The output: a new or regular file is written to a temporary sibling,
+ * renamed at the end, so a failure leaves no partial file; anything else
+ * (a device, a pipe, a symlink such as /dev/stdout) is written in place,
+ * as renaming over it would replace it. *tmp is NULL in the second case.
+ */
+static FILE *open_output(char **tmp)
+{
+	struct stat st;
+
+	*tmp = NULL;
+	if (lstat(npy_path, &st) == 0 && !S_ISREG(st.st_mode))
+		return fopen(npy_path, "wb");
+	size_t len = strlen(npy_path) + 16;
+	if (!(*tmp = malloc(len)))
+		return NULL;
+	snprintf(*tmp, len, "%s.tmp-XXXXXX", npy_path);
+	int fd = mkstemp(*tmp);
+	FILE *f = fd >= 0 ? fdopen(fd, "wb") : NULL;
+	if (!f) {
+		int err = errno;
+		if (fd >= 0) {
+			close(fd);
+			unlink(*tmp);
+		}
+		free(*tmp);
+		*tmp = NULL;
+		errno = err;
+	}
+	return f;
+}
+
+/* Give the temporary file its final name and the mode a new file gets. */
+static int commit_output(const char *tmp)
+{
+	/* mkstemp makes the file 0600. */
+	mode_t mask = umask(0);
+	umask(mask);
+	if (chmod(tmp, 0666 & ~mask) != 0 || rename(tmp, npy_path) != 0)
+		return cli_error("cat", "cannot create '%s': %s", npy_path, strerror(errno));
+	return CLI_EXIT_OK;
+}
+
 static int write_npy(dvar_reader *r, size_t i, int dtype, const dvar_slice *sl)
 {
 	const char *descr = cli_npy_descr(dtype == DVAR_BFLOAT16 ? DVAR_FLOAT32 : dtype);
-	size_t len = strlen(npy_path) + 16;
-	char *tmp = malloc(len);
 	dvar_shape shape;
+	char *tmp;
 	int rc;
 
-	if (!tmp)
-		return cli_error("cat", "out of memory");
-	snprintf(tmp, len, "%s.tmp-XXXXXX", npy_path);
-	int fd = mkstemp(tmp);
-	npy_out o = { fd >= 0 ? fdopen(fd, "wb") : NULL, dtype };
-	if (!o.f) {
-		rc = cli_error("cat", "cannot create '%s': %s", tmp, strerror(errno));
-		if (fd >= 0) {
-			close(fd);
-			unlink(tmp);
-		}
-		free(tmp);
-		return rc;
-	}
+	npy_out o = { open_output(&tmp), dtype };
+	if (!o.f)
+		return cli_error("cat", "cannot create '%s': %s", npy_path, strerror(errno));
 	if (dtype == DVAR_BFLOAT16)
 		fprintf(stderr, "dvar cat: note: '%s' is bfloat16, which numpy lacks; "
 		                "writing it as float32 (exact)\n", var_name);
@@ -206,15 +236,9 @@ static int write_npy(dvar_reader *r, size_t i, int dtype, const dvar_slice *sl)
 		rc = read_pieces(r, i, dtype, sl, write_piece, &o);
 	if (fclose(o.f) != 0 && rc == CLI_EXIT_OK)
 		rc = cli_error("cat", "writing '%s' failed: %s", npy_path, strerror(errno));
-	if (rc == CLI_EXIT_OK) {
-		/* mkstemp makes the file 0600; give it the usual umask-based mode. */
-		mode_t mask = umask(0);
-		umask(mask);
-		chmod(tmp, 0666 & ~mask);
-		if (rename(tmp, npy_path) != 0)
-			rc = cli_error("cat", "cannot create '%s': %s", npy_path, strerror(errno));
-	}
-	if (rc != CLI_EXIT_OK)
+	if (tmp && rc == CLI_EXIT_OK)
+		rc = commit_output(tmp);
+	if (tmp && rc != CLI_EXIT_OK)
 		unlink(tmp);
 	free(tmp);
 	return rc;

@@ -88,6 +88,9 @@ static int write_checkpoint(const char **names, const cli_npy *arrays)
 	int rc;
 
 	cli_progress_init(&pr, "import", progress, 0);
+	/* The writer counts bytes done but not the total, which only we know. */
+	for (int i = 0; i < pairs.n; i++)
+		pr.total += arrays[i].data_bytes;
 	wo.chunk_size = chunk_size;
 	wo.compress = no_compress ? DVAR_COMPRESS_NONE : DVAR_COMPRESS_AUTO;
 	wo.keep_last = keep > 0 ? (int)keep : 0;

@@ -15,10 +15,7 @@ static int progress = -1;
 static const cli_opt opts[] = {
 	{ CLI_OPT_ARG, "PATH", NULL, &path, 0, CLI_OPT_REQUIRED,
 	  "a checkpoint directory, or a root with a `checkpoint` file" },
-	{ CLI_OPT_SWITCH, "json", NULL, &json, 1, 0,
-	  "print one JSON document on stdout: {\"schema_version\":1,\"path\",\n"
-	  "\"bad_chunks\":[{\"variable\",\"file\",\"offset\",\"chunk\",\"message\"}],\n"
-	  "\"num_variables\",\"num_chunks\",\"bytes\",\"num_bad\",\"ok\"}" },
+	{ CLI_OPT_SWITCH, "json", NULL, &json, 1, 0, "print one JSON document on stdout" },
 	CLI_PROGRESS_OPTS(&progress),
 	{ CLI_OPT_END, NULL, NULL, NULL, 0, 0, NULL }
 };
@@ -26,7 +23,10 @@ static const cli_opt opts[] = {
 static const cli_usage usage = {
 	opts,
 	"Every bad chunk is printed as it is found, then a summary:\n"
-	"\"N variables, M chunks, X bytes checked: OK\" (or \"K bad chunks\").",
+	"\"N variables, M chunks, X bytes checked: OK\" (or \"K bad chunks\").\n"
+	"--json prints {\"schema_version\":1,\"path\",\"bad_chunks\":[{\"variable\",\"file\",\n"
+	"\"offset\",\"chunk\",\"message\"}],\"num_variables\",\"num_chunks\",\"bytes\",\n"
+	"\"num_bad\",\"ok\"}; when the walk itself fails, {...,\"error\",\"ok\":false}.",
 	"a chunk is corrupt or unreadable"
 };
 

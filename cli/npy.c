@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -19,32 +20,24 @@
 
 static const char npy_magic[6] = { '\x93', 'N', 'U', 'M', 'P', 'Y' };
 
-/* The dvar dtypes and their numpy type codes (kind, item size). */
+/* The dvar dtypes and the descr numpy writes for each: order, kind, item size. */
 static const struct {
-	char kind;
-	unsigned size;
+	const char *descr;
 	int dtype;
 } npy_types[] = {
-	{ 'b', 1, DVAR_BOOL },
-	{ 'i', 1, DVAR_INT8 },    { 'i', 2, DVAR_INT16 },   { 'i', 4, DVAR_INT32 },
-	{ 'i', 8, DVAR_INT64 },   { 'u', 1, DVAR_UINT8 },   { 'u', 2, DVAR_UINT16 },
-	{ 'u', 4, DVAR_UINT32 },  { 'u', 8, DVAR_UINT64 },  { 'f', 2, DVAR_FLOAT16 },
-	{ 'f', 4, DVAR_FLOAT32 }, { 'f', 8, DVAR_FLOAT64 },
+	{ "|b1", DVAR_BOOL },    { "|i1", DVAR_INT8 },    { "<i2", DVAR_INT16 },
+	{ "<i4", DVAR_INT32 },   { "<i8", DVAR_INT64 },   { "|u1", DVAR_UINT8 },
+	{ "<u2", DVAR_UINT16 },  { "<u4", DVAR_UINT32 },  { "<u8", DVAR_UINT64 },
+	{ "<f2", DVAR_FLOAT16 }, { "<f4", DVAR_FLOAT32 }, { "<f8", DVAR_FLOAT64 },
 };
 
 #define NUM_NPY_TYPES (sizeof(npy_types) / sizeof(npy_types[0]))
 
 const char *cli_npy_descr(int dtype)
 {
-	static char descr[NUM_NPY_TYPES][5];
-
-	for (size_t i = 0; i < NUM_NPY_TYPES; i++) {
-		if (npy_types[i].dtype != dtype)
-			continue;
-		snprintf(descr[i], sizeof(descr[i]), "%c%c%u", npy_types[i].size == 1 ? '|' : '<',
-		         npy_types[i].kind, npy_types[i].size);
-		return descr[i];
-	}
+	for (size_t i = 0; i < NUM_NPY_TYPES; i++)
+		if (npy_types[i].dtype == dtype)
+			return npy_types[i].descr;
 	return NULL;
 }
 
@@ -187,7 +180,8 @@ static int descr_to_dtype(lexer *l, const char *descr, int *out)
 		return fail(l, "dtype '%s' is raw 2-byte data; bfloat16 cannot come from .npy "
 		               "(numpy has no bfloat16): save it as float32", descr);
 	for (size_t i = 0; i < NUM_NPY_TYPES; i++) {
-		if (npy_types[i].kind != kind || npy_types[i].size != size)
+		const char *known = npy_types[i].descr;
+		if (known[1] != kind || strtoul(known + 2, NULL, 10) != size)
 			continue;
 		/* '=' is the writer's native order, which the file does not record. */
 		if (size > 1 && order != '<' && order != '|')
@@ -250,7 +244,8 @@ static int parse_header(lexer *l, cli_npy *out)
 /* ------------------------------------------------------------- the file */
 
 /* Check the magic and version; the header's offset and length. */
-static int parse_preamble(lexer *l, const unsigned char *b, size_t size, size_t *hstart, size_t *hlen)
+static int parse_preamble(lexer *l, const unsigned char *b, size_t size, size_t *hstart,
+                          size_t *hlen)
 {
 	if (size < sizeof(npy_magic) || memcmp(b, npy_magic, sizeof(npy_magic)) != 0)
 		return fail(l, "not a .npy file (bad magic)");

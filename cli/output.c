@@ -54,8 +54,8 @@ int cli_error_dvar(const char *cmd)
 void cli_format_bytes(char *buf, size_t cap, uint64_t bytes)
 {
 	static const char *const units[] = { "KiB", "MiB", "GiB", "TiB", "PiB", "EiB" };
-	double v = (double)bytes;
-	int u = -1;
+	double v = (double)bytes / 1024;
+	int u = 0;
 
 	if (bytes < 1024) {
 		snprintf(buf, cap, "%" PRIu64 " B", bytes);
@@ -78,12 +78,18 @@ void cli_format_real(char *buf, size_t cap, double v, int single)
 		snprintf(buf, cap, v < 0 ? "-inf" : "inf");
 		return;
 	}
-	/* 9 digits always round-trip a float, 17 a double. */
-	for (int digits = 1; digits <= 17; digits++) {
-		snprintf(buf, cap, "%.*g", digits, v);
+	/* The fewest significant digits that read back: 9 always do for a float, 17 for a double. */
+	int digits;
+	for (digits = 1; digits < 17; digits++) {
+		snprintf(buf, cap, "%.*e", digits - 1, v);
 		if (single ? strtof(buf, NULL) == (float)v : strtod(buf, NULL) == v)
-			return;
+			break;
 	}
+	snprintf(buf, cap, "%.*e", digits - 1, v);
+	/* Positional between 1e-4 and 1e16, as numpy prints: "100", not "1e+02". */
+	int exp10 = atoi(strchr(buf, 'e') + 1);
+	if (exp10 >= -4 && exp10 < 16)
+		snprintf(buf, cap, "%.*f", digits - 1 - exp10 > 0 ? digits - 1 - exp10 : 0, v);
 }
 
 void cli_format_elem(char *buf, size_t cap, int dtype, const void *p)

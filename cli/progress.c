@@ -25,10 +25,8 @@ void cli_progress_init(cli_progress *p, const char *label, int mode, int quiet)
 {
 	memset(p, 0, sizeof(*p));
 	p->label = label;
-	if (mode < 0)
-		mode = isatty(STDERR_FILENO);
-	p->enabled = mode && !quiet;
 	p->eager = mode == 1 && !quiet;
+	p->enabled = (mode < 0 ? isatty(STDERR_FILENO) : mode) && !quiet;
 	p->start = p->last = now();
 }
 
@@ -46,11 +44,17 @@ void cli_progress_update(void *userdata, uint64_t done, uint64_t total)
 	if (p->width && tnow - p->last < PROGRESS_INTERVAL)
 		return;
 	p->last = tnow;
+	if (!total)
+		total = p->total;
 
 	cli_format_bytes(d, sizeof(d), done);
 	cli_format_bytes(t, sizeof(t), total);
-	int pct = total ? (int)(done * 100.0 / (double)total) : 100;
-	int n = snprintf(line, sizeof(line), "%s: %3d%% (%s of %s)", p->label, pct, d, t);
+	int n;
+	if (total)
+		n = snprintf(line, sizeof(line), "%s: %3d%% (%s of %s)", p->label,
+		             (int)(done * 100.0 / (double)total), d, t);
+	else
+		n = snprintf(line, sizeof(line), "%s: %s", p->label, d);
 	if (n < 0)
 		return;
 	/* Pad with spaces over what is left of a longer previous line. */

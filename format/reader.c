@@ -443,61 +443,64 @@ static void progress(dvar_reader *r, uint64_t bytes)
 	r->opts.progress(r->opts.progress_userdata, done, r->progress_total);
 }
 
-/* "variable 'w' slice 0,4:- chunk 3 (/ck/data-00000-of-00001 at offset 4096)" */
+/* "variable 'w' slice 0,4:- chunk 3 (/ck/data-00000-of-00001 at offset 4096): why" */
 static int chunk_error(const dvar_reader *r, const dvar_var_entry *v, const dvar_slice_entry *s,
-                       size_t ci, int code, const char *detail)
+                       size_t ci, int code, const char *why)
 {
 	char sl[256];
 	dvar_slice_format(&s->slice, &v->shape, sl, sizeof(sl));
 	return dvar_error_set(code, "variable '%s' slice %s chunk %zu (%s at offset %llu): %s", v->name,
 	                      *sl ? sl : "-", ci, r->files[s->file].path,
-	                      (unsigned long long)s->chunks[ci].offset, detail);
+	                      (unsigned long long)s->chunks[ci].offset, why);
 }
+
+#define WHY_MAX DVAR_ERROR_MESSAGE_MAX
 
 /*
  * Bytes [lo, hi) of chunk ci's raw content into out, checksums verified.
  * Raw chunks read only the blocks covering [lo, hi): lo must be a block
  * boundary. lz4 chunks are read and checked whole: lo = 0, hi = raw length.
+ * On failure, why says what is wrong with the chunk (chunk_error adds where).
  */
-static int load_chunk(dvar_reader *r, const dvar_var_entry *v, const dvar_slice_entry *s, size_t ci,
-                      uint64_t lo, uint64_t hi, unsigned char *out, scratch *sc)
+static int load_chunk(dvar_reader *r, const dvar_slice_entry *s, size_t ci, uint64_t lo, uint64_t hi,
+                      unsigned char *out, scratch *sc, char *why)
 {
 	const dvar_chunk *c = &s->chunks[ci];
 	const data_file *df = &r->files[s->file];
 	uint64_t raw_len = dvar_chunk_raw_len(s, ci);
-	char detail[DVAR_ERROR_MESSAGE_MAX];
 	int rc;
 	if (df->fd < 0) {
-		snprintf(detail, sizeof(detail), "data file is missing or unreadable: %s", strerror(df->err));
-		return chunk_error(r, v, s, ci, DVAR_ECORRUPT, detail);
+		snprintf(why, WHY_MAX, "data file is missing or unreadable: %s", strerror(df->err));
+		return DVAR_ECORRUPT;
 	}
 	uint64_t off = c->codec == DVAR_CODEC_RAW ? c->offset + lo : c->offset;
 	uint64_t len = c->codec == DVAR_CODEC_RAW ? hi - lo : c->stored;
 	if (off + len > df->size) {
-		snprintf(detail, sizeof(detail), "data file is truncated: it has %llu bytes, the chunk "
-		         "needs bytes up to %llu (the index expects %llu)", (unsigned long long)df->size,
+		snprintf(why, WHY_MAX, "data file is truncated: it has %llu bytes, the chunk needs bytes "
+		         "up to %llu (the index expects %llu)", (unsigned long long)df->size,
 		         (unsigned long long)(off + len), (unsigned long long)r->header.file_sizes[s->file]);
-		return chunk_error(r, v, s, ci, DVAR_ECORRUPT, detail);
+		return DVAR_ECORRUPT;
 	}
 	unsigned char *dst = out;
 	if (c->codec == DVAR_CODEC_LZ4) {
 		if ((rc = grow(&sc->packed, &sc->packed_cap, (size_t)len)))
-			return rc;
+			goto failed;
 		dst = sc->packed;
 	}
-	if ((rc = dvar_fs_pread_all(df->fd, dst, (size_t)len, off, df->path))) {
-		snprintf(detail, sizeof(detail), "%s", dvar_error_last()->message);
-		return chunk_error(r, v, s, ci, rc, detail);
-	}
+	if ((rc = dvar_fs_pread_all(df->fd, dst, (size_t)len, off, df->path)))
+		goto failed;
 	atomic_fetch_add(&r->bytes_read, len);
 	if (c->codec == DVAR_CODEC_LZ4) {
 		int n = LZ4_decompress_safe((const char *)sc->packed, (char *)out, (int)len, (int)raw_len);
-		if (n != (int)raw_len)
-			return chunk_error(r, v, s, ci, DVAR_ECORRUPT, "lz4 data does not decompress to the chunk's size");
+		if (n != (int)raw_len) {
+			snprintf(why, WHY_MAX, "lz4 data does not decompress to the chunk's %llu bytes",
+			         (unsigned long long)raw_len);
+			return DVAR_ECORRUPT;
+		}
 		uint32_t crc = dvar_crc32c(out, raw_len);
 		if (crc != c->crc) {
-			snprintf(detail, sizeof(detail), "checksum mismatch: stored %08x, computed %08x", c->crc, crc);
-			return chunk_error(r, v, s, ci, DVAR_ECORRUPT, detail);
+			snprintf(why, WHY_MAX, "checksum mismatch: stored %08x, computed %08x", c->crc, crc);
+			return DVAR_ECORRUPT;
 		}
 		return DVAR_OK;
 	}
@@ -507,19 +510,22 @@ static int load_chunk(dvar_reader *r, const dvar_var_entry *v, const dvar_slice_
 		size_t blen = hi - p < DVAR_BLOCK_SIZE ? (size_t)(hi - p) : DVAR_BLOCK_SIZE;
 		uint32_t crc = dvar_crc32c(out + (p - lo), blen);
 		if (crc != blocks[b]) {
-			snprintf(detail, sizeof(detail), "checksum mismatch in block %llu (bytes %llu..%llu): "
-			         "stored %08x, computed %08x", (unsigned long long)b, (unsigned long long)p,
+			snprintf(why, WHY_MAX, "checksum mismatch in block %llu (bytes %llu..%llu): stored %08x, "
+			         "computed %08x", (unsigned long long)b, (unsigned long long)p,
 			         (unsigned long long)(p + blen), blocks[b], crc);
-			return chunk_error(r, v, s, ci, DVAR_ECORRUPT, detail);
+			return DVAR_ECORRUPT;
 		}
 		whole = p ? dvar_crc32c_combine(whole, crc, blen) : crc;
 	}
 	/* A whole chunk is also held to its chunk checksum, catching index damage. */
 	if (lo == 0 && hi == raw_len && whole != c->crc) {
-		snprintf(detail, sizeof(detail), "block checksums disagree with the chunk checksum %08x", c->crc);
-		return chunk_error(r, v, s, ci, DVAR_ECORRUPT, detail);
+		snprintf(why, WHY_MAX, "block checksums disagree with the chunk checksum %08x", c->crc);
+		return DVAR_ECORRUPT;
 	}
 	return DVAR_OK;
+failed:
+	snprintf(why, WHY_MAX, "%s", dvar_error_last()->message);
+	return rc;
 }
 
 /* ---------------------------------------------------------------- boxes */
@@ -724,15 +730,20 @@ static int run_task(void *vctx, size_t i)
 	const dvar_slice_entry *s = &ctx->v->slices[t->slice];
 	uint64_t base = (uint64_t)t->chunk * s->chunk_size;
 	scratch sc = scratch_get(ctx->r);
+	char why[WHY_MAX];
 	int rc;
 	if (t->direct) {
 		unsigned char *out = ctx->dst + ctx->direct_first[t->slice] * ctx->esize + base;
-		rc = load_chunk(ctx->r, ctx->v, s, t->chunk, 0, t->hi, out, &sc);
-	} else if (!(rc = grow(&sc.raw, &sc.raw_cap, (size_t)(t->hi - t->lo))) &&
-	           !(rc = load_chunk(ctx->r, ctx->v, s, t->chunk, t->lo, t->hi, sc.raw, &sc))) {
-		copy_ctx cc = { ctx, sc.raw, (base + t->lo) / ctx->esize, &s->slice };
-		rc = for_each_box(&s->slice, (base + t->lo) / ctx->esize, (base + t->hi) / ctx->esize,
-		                  copy_box, &cc);
+		if ((rc = load_chunk(ctx->r, s, t->chunk, 0, t->hi, out, &sc, why)))
+			chunk_error(ctx->r, ctx->v, s, t->chunk, rc, why);
+	} else if (!(rc = grow(&sc.raw, &sc.raw_cap, (size_t)(t->hi - t->lo)))) {
+		if ((rc = load_chunk(ctx->r, s, t->chunk, t->lo, t->hi, sc.raw, &sc, why))) {
+			chunk_error(ctx->r, ctx->v, s, t->chunk, rc, why);
+		} else {
+			copy_ctx cc = { ctx, sc.raw, (base + t->lo) / ctx->esize, &s->slice };
+			rc = for_each_box(&s->slice, (base + t->lo) / ctx->esize, (base + t->hi) / ctx->esize,
+			                  copy_box, &cc);
+		}
 	}
 	scratch_put(ctx->r, sc);
 	if (rc == DVAR_OK)
@@ -821,12 +832,15 @@ static int verify_chunk(void *vctx, size_t ci)
 	verify_ctx *ctx = vctx;
 	scratch sc = scratch_get(ctx->r);
 	uint64_t len = dvar_chunk_raw_len(ctx->s, ci);
+	char why[WHY_MAX];
 	int rc = grow(&sc.raw, &sc.raw_cap, (size_t)len);
-	if (!rc)
-		rc = load_chunk(ctx->r, ctx->v, ctx->s, ci, 0, len, sc.raw, &sc);
+	if (rc)
+		snprintf(why, sizeof(why), "%s", dvar_error_last()->message);
+	else
+		rc = load_chunk(ctx->r, ctx->s, ci, 0, len, sc.raw, &sc, why);
 	scratch_put(ctx->r, sc);
 	ctx->codes[ci] = rc;
-	if (rc && !(ctx->messages[ci] = strdup(dvar_error_last()->message)))
+	if (rc && !(ctx->messages[ci] = strdup(why)))
 		return dvar_error_set(DVAR_ENOMEM, "out of memory");
 	progress(ctx->r, ctx->s->chunks[ci].stored);
 	return rc == DVAR_ENOMEM ? rc : DVAR_OK;

@@ -170,7 +170,7 @@ typedef struct {
 	uint64_t offset;   /**< the chunk's offset in the file */
 	uint64_t chunk;    /**< chunk number within its slice */
 	int code;          /**< DVAR_ECORRUPT, DVAR_EIO, ... */
-	const char *message;
+	const char *message; /**< what is wrong ("checksum mismatch in block 2 ...") */
 } dvar_bad_chunk;
 
 typedef void (*dvar_bad_chunk_fn)(void *userdata, const dvar_bad_chunk *bad);

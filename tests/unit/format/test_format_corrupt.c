@@ -99,7 +99,8 @@ static int read_all(const char *path, float *out)
 	return rc;
 }
 
-static void flipped_byte(fixture *f, const char *expect)
+/* expect or alt must appear in the verify report and in the read error. */
+static void flipped_byte(fixture *f, const char *expect, const char *alt)
 {
 	dvar_reader *r;
 	assert_int_equal(dvar_reader_open(&r, f->ck, NULL), DVAR_OK);
@@ -119,19 +120,20 @@ static void flipped_byte(fixture *f, const char *expect)
 	assert_int_equal(log.count, 1);
 	assert_non_null(strstr(log.first, "weights"));
 	assert_non_null(strstr(log.first, "data-00000-of-00001"));
-	assert_non_null(strstr(log.first, expect));
+	assert_true(strstr(log.first, expect) || strstr(log.first, alt));
 	dvar_reader_free(r);
 
 	float *out = malloc(ROWS * COLS * sizeof(float));
 	assert_int_equal(read_all(f->ck, out), DVAR_ECORRUPT);
 	tu_assert_error_contains("variable 'weights' slice -:- chunk");
-	tu_assert_error_contains(expect);
+	const char *msg = dvar_error_last()->message;
+	assert_true(strstr(msg, expect) || strstr(msg, alt));
 	free(out);
 }
 
 static void test_format_corrupt__flipped_byte_raw(void **state)
 {
-	flipped_byte(*state, "checksum mismatch in block");
+	flipped_byte(*state, "checksum mismatch in block", "checksum mismatch in block");
 }
 
 static void test_format_corrupt__flipped_byte_lz4(void **state)
@@ -144,7 +146,7 @@ static void test_format_corrupt__flipped_byte_lz4(void **state)
 	assert_true(info.stored_bytes < info.raw_bytes);
 	dvar_reader_free(r);
 	/* A flipped byte in lz4 data either breaks decompression or the checksum. */
-	flipped_byte(f, "chunk");
+	flipped_byte(f, "checksum mismatch: stored", "lz4 data does not decompress");
 }
 
 static void test_format_corrupt__truncated_data(void **state)

@@ -1,0 +1,336 @@
+/*
+ * cli/cmd_diff.c - `dvar diff`: compare two checkpoints. Variables only in
+ * one, dtype or shape mismatches, then the values of the rest, read in
+ * bounded pieces from both sides at once. Elements are equal when their
+ * bytes are, or both are NaN; --atol X accepts |a - b| <= X instead.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+
+static const char *path_a;
+static const char *path_b;
+static int json;
+static double atol_given = -1;
+static int progress = -1;
+
+static const cli_opt opts[] = {
+	{ CLI_OPT_ARG, "A", NULL, &path_a, 0, CLI_OPT_REQUIRED,
+	  "a checkpoint directory, or a root with a `checkpoint` file" },
+	{ CLI_OPT_ARG, "B", NULL, &path_b, 0, CLI_OPT_REQUIRED, "the checkpoint to compare A with" },
+	{ CLI_OPT_REAL, "atol", "X", &atol_given, 0, 0,
+	  "elements equal when |a - b| <= X (default: bitwise equal)" },
+	{ CLI_OPT_SWITCH, "json", NULL, &json, 1, 0, "print one JSON document on stdout" },
+	CLI_PROGRESS_OPTS(&progress),
+	{ CLI_OPT_END, NULL, NULL, NULL, 0, 0, NULL }
+};
+
+static const cli_usage usage = {
+	opts,
+	"NaN equals NaN. Values are compared as doubles: integers above 2^53 may\n"
+	"round, but the default bitwise test still tells them apart.\n"
+	"--json prints {\"schema_version\":1,\"a\",\"b\",\"atol\",\"only_in_a\":[...],\n"
+	"\"only_in_b\":[...],\"variables\":[{\"name\",\"status\" (\"equal\", \"values_differ\",\n"
+	"\"dtype_differs\" or \"shape_differs\"),\"dtype_a\",\"dtype_b\",\"shape_a\",\"shape_b\",\n"
+	"\"num_elements\",\"num_different\",\"max_abs_diff\"}],\"identical\"}; max_abs_diff is\n"
+	"null when infinite. After a failed read the document ends with \"error\".",
+	"the checkpoints differ"
+};
+
+/* What the comparison found, for the summary. */
+typedef struct {
+	size_t only_a, only_b, mismatched, values, common;
+	uint64_t elements;
+} tally;
+
+/* Buffers for one piece of each side, raw and as doubles. */
+typedef struct {
+	void *a, *b;
+	double *da, *db;
+} buffers;
+
+/* Count the elements of one piece that differ and track the largest |a - b|. */
+static void compare_piece(int dtype, const buffers *buf, uint64_t n, uint64_t *ndiff,
+                          double *max_abs)
+{
+	size_t esize = dvar_dtype_size(dtype);
+	const unsigned char *a = buf->a, *b = buf->b;
+
+	if (memcmp(a, b, n * esize) == 0)
+		return;
+	dvar_dtype_to_f64(buf->da, dtype, a, n);
+	dvar_dtype_to_f64(buf->db, dtype, b, n);
+	for (uint64_t k = 0; k < n; k++) {
+		if (memcmp(a + k * esize, b + k * esize, esize) == 0)
+			continue;
+		double x = buf->da[k], y = buf->db[k];
+		if (isnan(x) && isnan(y))
+			continue;
+		double d = fabs(x - y);
+		if (!isnan(d) && d > *max_abs)
+			*max_abs = d;
+		/* A NaN against a number is a difference whatever the tolerance. */
+		if (atol_given < 0 || !(d <= atol_given))
+			(*ndiff)++;
+	}
+}
+
+/* Compare variable ia of A with ib of B, which agree on dtype and shape. */
+static int compare_values(dvar_reader *ra, size_t ia, dvar_reader *rb, size_t ib,
+                          const dvar_var_info *v, cli_progress *pr, uint64_t *done,
+                          uint64_t total, uint64_t *ndiff, double *max_abs)
+{
+	size_t esize = dvar_dtype_size(v->dtype);
+	uint64_t budget = cli_walk_budget(2 * esize + 2 * sizeof(double)), n, all;
+	dvar_slice full, piece;
+	buffers buf;
+	cli_walk w;
+	int rc = CLI_EXIT_OK;
+
+	dvar_slice_full(&full, &v->shape);
+	dvar_slice_num_elements(&full, &all);
+	size_t cap = (size_t)(all < budget ? all : budget) + 1;
+	buf.a = malloc(cap * esize);
+	buf.b = malloc(cap * esize);
+	buf.da = malloc(cap * sizeof(double));
+	buf.db = malloc(cap * sizeof(double));
+	if (!buf.a || !buf.b || !buf.da || !buf.db) {
+		rc = cli_error("diff", "out of memory");
+		goto done;
+	}
+	cli_walk_init(&w, &full, budget);
+	while (cli_walk_next(&w, &piece, &n)) {
+		if (dvar_reader_read(ra, ia, &piece, buf.a, n * esize) != DVAR_OK ||
+		    dvar_reader_read(rb, ib, &piece, buf.b, n * esize) != DVAR_OK) {
+			rc = cli_error_dvar("diff");
+			break;
+		}
+		compare_piece(v->dtype, &buf, n, ndiff, max_abs);
+		*done += 2 * n * esize;
+		cli_progress_update(pr, *done, total);
+	}
+done:
+	free(buf.a);
+	free(buf.b);
+	free(buf.da);
+	free(buf.db);
+	return rc;
+}
+
+/* Variables of `from` that `other` lacks; other_index[i] is SIZE_MAX for them. */
+static int list_missing(cli_json *j, const char *key, const char *label, dvar_reader *from,
+                        dvar_reader *other, size_t *other_index, size_t *count)
+{
+	size_t n = dvar_reader_num_vars(from);
+	dvar_var_info v;
+
+	if (j)
+		cli_json_array(j, key);
+	for (size_t i = 0; i < n; i++) {
+		if (dvar_reader_var(from, i, &v) != DVAR_OK)
+			return cli_error_dvar("diff");
+		size_t at;
+		if (dvar_reader_find(other, v.name, &at) == DVAR_OK) {
+			if (other_index)
+				other_index[i] = at;
+			continue;
+		}
+		if (other_index)
+			other_index[i] = SIZE_MAX;
+		(*count)++;
+		if (j)
+			cli_json_str(j, NULL, v.name);
+		else
+			printf("only in %s: %s\n", label, v.name);
+	}
+	if (j)
+		cli_json_end(j);
+	return CLI_EXIT_OK;
+}
+
+/* How one variable common to both compares. */
+typedef enum { SAME, VALUES_DIFFER, DTYPE_DIFFERS, SHAPE_DIFFERS } status;
+
+static const char *const status_names[] = {
+	"equal", "values_differ", "dtype_differs", "shape_differs"
+};
+
+typedef struct {
+	status st;
+	uint64_t num_elements, ndiff;
+	double max_abs;
+} outcome;
+
+static void report_variable(cli_json *j, const dvar_var_info *va, const dvar_var_info *vb,
+                            const outcome *o)
+{
+	char sa[200], sb[200], mx[40];
+	int compared = o->st == SAME || o->st == VALUES_DIFFER;
+
+	if (j) {
+		cli_json_object(j, NULL);
+		cli_json_str(j, "name", va->name);
+		cli_json_str(j, "status", status_names[o->st]);
+		cli_json_str(j, "dtype_a", dvar_dtype_name(va->dtype));
+		cli_json_str(j, "dtype_b", dvar_dtype_name(vb->dtype));
+		cli_json_dims(j, "shape_a", va->shape.dims, va->shape.rank);
+		cli_json_dims(j, "shape_b", vb->shape.dims, vb->shape.rank);
+		if (compared) {
+			cli_json_u64(j, "num_elements", o->num_elements);
+			cli_json_u64(j, "num_different", o->ndiff);
+			cli_json_real(j, "max_abs_diff", o->max_abs);
+		}
+		cli_json_end(j);
+		return;
+	}
+	dvar_shape_format(&va->shape, sa, sizeof(sa));
+	dvar_shape_format(&vb->shape, sb, sizeof(sb));
+	cli_format_real(mx, sizeof(mx), o->max_abs, 0);
+	switch (o->st) {
+	case DTYPE_DIFFERS:
+		printf("dtype differs: %s: %s vs %s\n", va->name, dvar_dtype_name(va->dtype),
+		       dvar_dtype_name(vb->dtype));
+		break;
+	case SHAPE_DIFFERS:
+		printf("shape differs: %s: %s vs %s\n", va->name, sa, sb);
+		break;
+	case VALUES_DIFFER:
+		printf("values differ: %s: %llu of %llu elements, max abs diff %s\n", va->name,
+		       (unsigned long long)o->ndiff, (unsigned long long)o->num_elements, mx);
+		break;
+	case SAME:
+		break;
+	}
+}
+
+/* Classify, and compare values when dtype and shape agree. */
+static int compare_variable(dvar_reader *ra, size_t ia, dvar_reader *rb, size_t ib,
+                            const dvar_var_info *va, const dvar_var_info *vb, cli_progress *pr,
+                            uint64_t *done, uint64_t total, outcome *o)
+{
+	memset(o, 0, sizeof(*o));
+	if (va->dtype != vb->dtype) {
+		o->st = DTYPE_DIFFERS;
+		return CLI_EXIT_OK;
+	}
+	if (!dvar_shape_equal(&va->shape, &vb->shape)) {
+		o->st = SHAPE_DIFFERS;
+		return CLI_EXIT_OK;
+	}
+	dvar_shape_num_elements(&va->shape, &o->num_elements);
+	int rc = compare_values(ra, ia, rb, ib, va, pr, done, total, &o->ndiff, &o->max_abs);
+	o->st = o->ndiff ? VALUES_DIFFER : SAME;
+	return rc;
+}
+
+/* Bytes both sides will read: what the progress line counts. */
+static uint64_t bytes_to_compare(dvar_reader *ra, dvar_reader *rb, const size_t *in_b)
+{
+	dvar_var_info va, vb;
+	uint64_t total = 0, n;
+
+	for (size_t i = 0; i < dvar_reader_num_vars(ra); i++) {
+		if (in_b[i] == SIZE_MAX || dvar_reader_var(ra, i, &va) != DVAR_OK ||
+		    dvar_reader_var(rb, in_b[i], &vb) != DVAR_OK)
+			continue;
+		if (va.dtype == vb.dtype && dvar_shape_equal(&va.shape, &vb.shape) &&
+		    dvar_shape_num_bytes(&va.shape, va.dtype, &n) == DVAR_OK)
+			total += 2 * n;
+	}
+	return total;
+}
+
+static int diff_readers(dvar_reader *ra, dvar_reader *rb, size_t *in_b, cli_json *j, tally *t)
+{
+	dvar_var_info va, vb;
+	uint64_t done = 0;
+	cli_progress pr;
+	outcome o;
+	int rc;
+
+	if ((rc = list_missing(j, "only_in_a", "A", ra, rb, in_b, &t->only_a)) != CLI_EXIT_OK ||
+	    (rc = list_missing(j, "only_in_b", "B", rb, ra, NULL, &t->only_b)) != CLI_EXIT_OK)
+		return rc;
+	uint64_t total = bytes_to_compare(ra, rb, in_b);
+	cli_progress_init(&pr, "diff", progress, json);
+	if (j)
+		cli_json_array(j, "variables");
+	for (size_t i = 0; i < dvar_reader_num_vars(ra) && rc == CLI_EXIT_OK; i++) {
+		if (in_b[i] == SIZE_MAX)
+			continue;
+		if (dvar_reader_var(ra, i, &va) != DVAR_OK || dvar_reader_var(rb, in_b[i], &vb) != DVAR_OK) {
+			rc = cli_error_dvar("diff");
+			break;
+		}
+		rc = compare_variable(ra, i, rb, in_b[i], &va, &vb, &pr, &done, total, &o);
+		if (rc != CLI_EXIT_OK)
+			break;
+		t->common++;
+		t->elements += o.num_elements;
+		t->mismatched += o.st == DTYPE_DIFFERS || o.st == SHAPE_DIFFERS;
+		t->values += o.st == VALUES_DIFFER;
+		report_variable(j, &va, &vb, &o);
+	}
+	cli_progress_end(&pr);
+	if (j)
+		cli_json_end(j);
+	return rc;
+}
+
+int cmd_diff(int argc, char **argv)
+{
+	dvar_reader *ra = NULL, *rb = NULL;
+	size_t *in_b = NULL;
+	tally t = { 0 };
+	cli_json j;
+	int rc = cli_parse(&usage, argc, argv);
+
+	if (rc != CLI_CONTINUE)
+		return rc;
+	if (dvar_reader_open(&ra, path_a, NULL) != DVAR_OK ||
+	    dvar_reader_open(&rb, path_b, NULL) != DVAR_OK) {
+		rc = cli_error_dvar("diff");
+		goto done;
+	}
+	in_b = malloc((dvar_reader_num_vars(ra) + 1) * sizeof(*in_b));
+	if (!in_b) {
+		rc = cli_error("diff", "out of memory");
+		goto done;
+	}
+	if (json) {
+		cli_json_begin(&j, stdout);
+		cli_json_str(&j, "a", dvar_reader_path(ra));
+		cli_json_str(&j, "b", dvar_reader_path(rb));
+		if (atol_given >= 0)
+			cli_json_real(&j, "atol", atol_given);
+		else
+			cli_json_str(&j, "atol", NULL);
+	}
+	rc = diff_readers(ra, rb, in_b, json ? &j : NULL, &t);
+	int identical = !t.only_a && !t.only_b && !t.mismatched && !t.values;
+	if (json) {
+		/* After a failed read the document still closes, saying so. */
+		if (rc != CLI_EXIT_OK)
+			cli_json_str(&j, "error", cli_dvar_message());
+		cli_json_bool(&j, "identical", rc == CLI_EXIT_OK && identical);
+		cli_json_end(&j);
+	} else if (rc == CLI_EXIT_OK && identical) {
+		printf("identical: %zu variables, %llu elements\n", t.common,
+		       (unsigned long long)t.elements);
+	} else if (rc == CLI_EXIT_OK) {
+		printf("different: %zu only in A, %zu only in B, %zu with another dtype or shape, "
+		       "%zu with other values (of %zu in both)\n",
+		       t.only_a, t.only_b, t.mismatched, t.values, t.common);
+	}
+	if (rc == CLI_EXIT_OK)
+		rc = identical ? CLI_EXIT_OK : CLI_EXIT_CHECK;
+done:
+	free(in_b);
+	dvar_reader_free(ra);
+	dvar_reader_free(rb);
+	return rc;
+}

@@ -1,0 +1,1222 @@
+#!/usr/bin/python3
+"""tests/cli/test_cli.py - runs the built `dvar` command on real checkpoints
+(imported from numpy arrays, or written through libdvar with ctypes where the
+CLI cannot make them: bfloat16, variables saved as several slices) and checks
+exit codes, values and messages.
+
+    test_cli.py --dvar build/cli/dvar --lib build/libdvar.so [--group NAME] [unittest args]
+"""
+import argparse
+import ctypes
+import glob
+import json
+import os
+import pty
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+import zlib
+
+import numpy as np
+
+DVAR = None  # the command under test
+LIB = None   # libdvar.so, for checkpoints the CLI cannot write
+
+# numpy dtype -> dvar dtype name, for every type a .npy file can carry to dvar
+DTYPES = {
+    np.bool_: "bool", np.int8: "int8", np.int16: "int16", np.int32: "int32",
+    np.int64: "int64", np.uint8: "uint8", np.uint16: "uint16", np.uint32: "uint32",
+    np.uint64: "uint64", np.float16: "float16", np.float32: "float32",
+    np.float64: "float64",
+}
+
+SHAPES = [(), (5,), (3, 4), (2, 3, 4), (2, 1, 3, 2), (1, 2, 1, 2, 3), (2, 1, 2, 1, 2, 2),
+          (1, 2, 1, 2, 1, 2, 2), (2, 1, 1, 2, 1, 2, 1, 2), (0,), (3, 0), (2, 0, 4)]
+
+
+def random_array(dtype, shape, rng):
+    if dtype is np.bool_:
+        return rng.integers(0, 2, size=shape).astype(np.bool_)
+    if np.issubdtype(dtype, np.integer):
+        info = np.iinfo(dtype)
+        return rng.integers(info.min, info.max, size=shape, dtype=dtype, endpoint=True)
+    return (rng.standard_normal(size=shape) * 100).astype(dtype)
+
+
+class CliCase(unittest.TestCase):
+    """Each test runs in a fresh temporary directory."""
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="dvar-cli-")
+        self.rng = np.random.default_rng(zlib.crc32(self.id().encode()))
+
+    def tearDown(self):
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def path(self, *parts):
+        return os.path.join(self.dir, *parts)
+
+    def dvar(self, *args, code=0, env=None):
+        """Run dvar; check its exit code; return (stdout, stderr) as text."""
+        p = subprocess.run([DVAR] + [str(a) for a in args], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, env=dict(os.environ, LC_ALL="C", **(env or {})))
+        out = p.stdout.decode("utf-8", "replace")
+        err = p.stderr.decode("utf-8", "replace")
+        self.assertEqual(p.returncode, code,
+                         "dvar %s exited %d, expected %d\nstdout: %s\nstderr: %s"
+                         % (" ".join(map(str, args)), p.returncode, code, out[-2000:], err[-2000:]))
+        return out, err
+
+    def save_npy(self, arr, name=None):
+        name = name or "a%d.npy" % len(os.listdir(self.dir))
+        path = self.path(name)
+        np.save(path, arr)
+        return path
+
+    def import_arrays(self, out, arrays, *opts, code=0):
+        pairs = ["%s=%s" % (name, self.save_npy(arr)) for name, arr in arrays.items()]
+        return self.dvar("import", out, *pairs, *opts, code=code)
+
+    def cat_npy(self, ckpt, name, *opts, env=None):
+        dst = self.path("out-%d.npy" % len(os.listdir(self.dir)))
+        self.dvar("cat", ckpt, name, "--npy", dst, *opts, env=env)
+        return np.load(dst)
+
+    def assert_same_array(self, got, want):
+        self.assertEqual(got.dtype, want.dtype)
+        self.assertEqual(got.shape, want.shape)
+        self.assertEqual(got.tobytes(), want.tobytes())
+
+    def inspect_json(self, ckpt):
+        out, err = self.dvar("inspect", ckpt, "--json")
+        self.assertEqual(err, "")
+        doc = json.loads(out)
+        self.assertEqual(doc["schema_version"], 1)
+        return doc
+
+    def data_files(self, ckpt):
+        files = sorted(glob.glob(os.path.join(ckpt, "data-*")))
+        self.assertTrue(files, "no data file in %s" % ckpt)
+        return files
+
+
+# ---------------------------------------------------------------- libdvar
+
+
+class Shape(ctypes.Structure):
+    _fields_ = [("rank", ctypes.c_int32), ("dims", ctypes.c_int64 * 8)]
+
+
+class Slice(ctypes.Structure):
+    _fields_ = [("rank", ctypes.c_int32), ("start", ctypes.c_int64 * 8),
+                ("length", ctypes.c_int64 * 8)]
+
+
+class WriteOptions(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint), ("chunk_size", ctypes.c_uint64),
+                ("compress", ctypes.c_int), ("threads", ctypes.c_int),
+                ("flags", ctypes.c_uint32), ("keep_last", ctypes.c_int),
+                ("progress", ctypes.c_void_p), ("progress_userdata", ctypes.c_void_p)]
+
+
+DVAR_BFLOAT16 = 14
+DVAR_FLOAT32 = 1
+
+
+def lib_write(path, variables):
+    """Write a checkpoint through libdvar: variables is a list of
+    (name, dtype code, full shape, (start, length) or None, raw bytes)."""
+    lib = ctypes.CDLL(LIB)
+    w = ctypes.c_void_p()
+    opts = WriteOptions(version=1, flags=2)  # DVAR_WRITE_NO_FSYNC
+
+    def check(rc):
+        if rc != 0:
+            raise RuntimeError("libdvar call failed: %d" % rc)
+
+    check(lib.dvar_writer_open(ctypes.byref(w), path.encode(), ctypes.byref(opts)))
+    for name, dtype, full, part, data in variables:
+        shape = Shape(len(full), (ctypes.c_int64 * 8)(*full))
+        sl = None
+        if part is not None:
+            sl = ctypes.byref(Slice(len(full), (ctypes.c_int64 * 8)(*part[0]),
+                                    (ctypes.c_int64 * 8)(*part[1])))
+        check(lib.dvar_writer_add(w, name.encode(), dtype, ctypes.byref(shape), sl, data))
+    check(lib.dvar_writer_commit(w))
+    lib.dvar_writer_free(w)
+
+
+def to_bfloat16(a):
+    """bfloat16 bits of float32 values that bfloat16 holds exactly."""
+    bits = np.asarray(a, dtype=np.float32).view(np.uint32)
+    assert not (bits & 0xffff).any()
+    return (bits >> 16).astype(np.uint16)
+
+
+# ----------------------------------------------------------------- import
+
+
+class ImportTest(CliCase):
+    group = "import"
+
+    def test_every_dtype_and_rank_round_trips(self):
+        for compress in ([], ["--no-compress"]):
+            arrays = {}
+            for dtype in DTYPES:
+                for shape in SHAPES:
+                    name = "%s/r%d/%s" % (DTYPES[dtype], len(shape), "x".join(map(str, shape)))
+                    arrays[name] = random_array(dtype, shape, self.rng)
+            ckpt = self.path("ckpt" + "".join(compress))
+            self.import_arrays(ckpt, arrays, *compress)
+            doc = self.inspect_json(ckpt)
+            by_name = {v["name"]: v for v in doc["variables"]}
+            self.assertEqual(sorted(by_name), sorted(arrays))
+            for name, want in arrays.items():
+                info = by_name[name]
+                self.assertEqual(info["dtype"], DTYPES[want.dtype.type])
+                self.assertEqual(tuple(info["shape"]), want.shape)
+                self.assertEqual(info["raw_bytes"], want.nbytes)
+                self.assert_same_array(self.cat_npy(ckpt, name), want)
+
+    def test_multi_chunk_arrays(self):
+        a = self.rng.standard_normal((37, 1000)).astype(np.float32)  # 148000 bytes
+        b = np.arange(50000, dtype=np.int64).reshape(50, 1000)
+        for compress in ([], ["--no-compress"]):
+            ckpt = self.path("ckpt" + "".join(compress))
+            self.import_arrays(ckpt, {"a": a, "b": b}, "--chunk-size", "4096", *compress)
+            doc = self.inspect_json(ckpt)
+            chunks = {v["name"]: v["num_chunks"] for v in doc["variables"]}
+            self.assertEqual(chunks["a"], -(-a.nbytes // 4096))
+            self.assertEqual(chunks["b"], -(-b.nbytes // 4096))
+            self.assert_same_array(self.cat_npy(ckpt, "a"), a)
+            self.assert_same_array(self.cat_npy(ckpt, "b"), b)
+            self.dvar("verify", ckpt)
+
+    def test_special_floats(self):
+        a = np.array([np.nan, np.inf, -np.inf, -0.0, 0.0, 1e-45, 3.4028235e38], np.float32)
+        ckpt = self.path("ckpt")
+        self.import_arrays(ckpt, {"s": a})
+        self.assert_same_array(self.cat_npy(ckpt, "s"), a)
+        out, _ = self.dvar("cat", ckpt, "s")
+        self.assertEqual(out, "[nan, inf, -inf, -0, 0, 1e-45, 3.4028235e+38]\n")
+
+    def test_npy_versions_2_and_3(self):
+        a = self.rng.standard_normal((4, 5))
+        files = []
+        for version in ((1, 0), (2, 0), (3, 0)):
+            path = self.path("v%d.npy" % version[0])
+            with open(path, "wb") as f:
+                np.lib.format.write_array(f, a, version=version)
+            files.append("v%d=%s" % (version[0], path))
+        ckpt = self.path("ckpt")
+        self.dvar("import", ckpt, *files)
+        for version in (1, 2, 3):
+            self.assert_same_array(self.cat_npy(ckpt, "v%d" % version), a)
+
+    def test_fortran_order_vector_is_accepted(self):
+        # A rank-1 array has one layout whatever the header says.
+        a = np.arange(6, dtype=np.int16)
+        path = self.path("f.npy")
+        with open(path, "wb") as f:
+            np.lib.format.write_array_header_1_0(
+                f, {"descr": "<i2", "fortran_order": True, "shape": (6,)})
+            f.write(a.tobytes())
+        ckpt = self.path("ckpt")
+        self.dvar("import", ckpt, "v=" + path)
+        self.assert_same_array(self.cat_npy(ckpt, "v"), a)
+
+    def test_trailing_data_is_noted(self):
+        path = self.save_npy(np.arange(4, dtype=np.int32))
+        with open(path, "ab") as f:
+            f.write(b"junk!")
+        ckpt = self.path("ckpt")
+        _, err = self.dvar("import", ckpt, "v=" + path)
+        self.assertIn("note: '%s' has 5 bytes after the array data" % path, err)
+        self.assert_same_array(self.cat_npy(ckpt, "v"), np.arange(4, dtype=np.int32))
+
+    def bad_npy(self, header, data=b"", raw=None):
+        """A .npy file with this header dict (or these raw bytes)."""
+        path = self.path("bad.npy")
+        with open(path, "wb") as f:
+            if raw is not None:
+                f.write(raw)
+            else:
+                np.lib.format.write_array_header_1_0(f, header)
+                f.write(data)
+        return path
+
+    def assert_import_fails(self, path, message, code=3):
+        ckpt = self.path("ckpt")
+        good = self.save_npy(np.zeros(3, np.float32))
+        _, err = self.dvar("import", ckpt, "good=" + good, "x=" + path, code=code)
+        self.assertIn(message, err)
+        self.assertTrue(err.startswith("dvar import: "), err)
+        self.assertFalse(os.path.exists(ckpt), "import left %s behind" % ckpt)
+        return err
+
+    def test_rejects_bad_npy_files(self):
+        f4 = np.zeros(6, np.float32).tobytes()
+        cases = [
+            (None, b"", b"PK\x03\x04 not numpy at all", "not a .npy file (bad magic)"),
+            (None, b"", b"\x93NUMPY\x01\x00\x76\x00{'descr': '<f4',", "truncated .npy header"),
+            (None, b"", b"\x93NUMPY\x01", "truncated .npy header"),
+            (None, b"", b"\x93NUMPY\x09\x00\x10\x00{}              ",
+             "unsupported .npy format version 9.0"),
+            ({"descr": "<f4", "fortran_order": True, "shape": (2, 3)}, f4,
+             None, "Fortran-order arrays are not supported"),
+            ({"descr": "|O", "fortran_order": False, "shape": (2,)}, b"\0" * 16,
+             None, "object arrays ('|O') cannot be imported"),
+            ({"descr": ">f4", "fortran_order": False, "shape": (6,)}, f4,
+             None, "dtype '>f4' is not little-endian"),
+            ({"descr": "<c8", "fortran_order": False, "shape": (3,)}, f4,
+             None, "dtype '<c8' is not supported"),
+            ({"descr": [("a", "<f4"), ("b", "<i4")], "fortran_order": False, "shape": (3,)},
+             f4, None, "structured dtypes are not supported"),
+            ({"descr": "<V2", "fortran_order": False, "shape": (3,)}, f4,
+             None, "bfloat16 cannot come from .npy"),
+            ({"descr": "<f4", "fortran_order": False, "shape": (1,) * 9}, f4,
+             None, "rank 9 is above dvar's maximum of 8"),
+            ({"descr": "<f4", "fortran_order": False, "shape": (3, 4)}, f4,
+             None, "data is truncated: shape [3,4] of float32 needs 48 bytes, the file holds 24"),
+        ]
+        for header, data, raw, message in cases:
+            with self.subTest(message=message):
+                path = self.bad_npy(header, data, raw)
+                err = self.assert_import_fails(path, message)
+                self.assertIn("'%s'" % path, err)
+
+    def test_missing_npy_file(self):
+        err = self.assert_import_fails(self.path("nope.npy"), "No such file or directory")
+        self.assertIn("nope.npy", err)
+
+    def test_big_endian_from_numpy(self):
+        path = self.save_npy(np.arange(3, dtype=">i4"))
+        self.assert_import_fails(path, "dtype '>i4' is not little-endian")
+
+    def test_object_array_from_numpy(self):
+        path = self.path("obj.npy")
+        np.save(path, np.array([1, "a", None], dtype=object), allow_pickle=True)
+        self.assert_import_fails(path, "object arrays ('|O') cannot be imported")
+
+    def test_duplicate_name_is_a_usage_error(self):
+        a = self.save_npy(np.zeros(2))
+        ckpt = self.path("ckpt")
+        _, err = self.dvar("import", ckpt, "w=" + a, "w=" + a, code=2)
+        self.assertEqual(err, "dvar import: variable 'w' is given twice\n"
+                              "See 'dvar help import'.\n")
+        self.assertFalse(os.path.exists(ckpt))
+
+    def test_bad_pairs_and_options(self):
+        a = self.save_npy(np.zeros(2))
+        ckpt = self.path("ckpt")
+        for args, message in [
+                (["noequals"], "'noequals' is not NAME=FILE.npy"),
+                (["=" + a], "is not NAME=FILE.npy"),
+                (["w="], "'w=' is not NAME=FILE.npy"),
+                (["w=" + a, "--chunk-size", "1000"], "--chunk-size must be a multiple of 4096"),
+                (["w=" + a, "--chunk-size", "2G"], "--chunk-size must be a multiple of 4096"),
+                (["w=" + a, "--chunk-size", "lots"], "--chunk-size 'lots': expected a byte count"),
+                (["w=" + a, "--keep", "2"], "--keep needs --step"),
+                (["w=" + a, "--step", "-3"], "--step '-3': expected a whole number >= 0"),
+                ([], "missing NAME=FILE.npy")]:
+            with self.subTest(args=args):
+                _, err = self.dvar("import", ckpt, *args, code=2)
+                self.assertIn(message, err)
+                self.assertTrue(err.endswith("See 'dvar help import'.\n"), err)
+                self.assertFalse(os.path.exists(ckpt))
+
+    def test_chunk_size_suffix(self):
+        a = np.arange(5000, dtype=np.float64)  # 40000 bytes
+        ckpt = self.path("ckpt")
+        self.import_arrays(ckpt, {"a": a}, "--chunk-size", "8K", "--no-compress")
+        self.assertEqual(self.inspect_json(ckpt)["variables"][0]["num_chunks"], 5)
+
+    def test_existing_out_is_refused(self):
+        ckpt = self.path("ckpt")
+        self.import_arrays(ckpt, {"a": np.zeros(3)})
+        _, err = self.import_arrays(ckpt, {"b": np.ones(3)}, code=3)
+        self.assertIn("dvar import: ", err)
+        self.assertIn("ckpt", err)
+        self.assertEqual([v["name"] for v in self.inspect_json(ckpt)["variables"]], ["a"])
+
+    def test_failed_import_leaves_nothing(self):
+        # The library refuses a 2000-byte name after the files were mapped.
+        for opts in ([], ["--step", "5"]):
+            out = self.path("out")
+            _, err = self.import_arrays(out, {"n" * 2000: np.zeros(3)}, *opts, code=3)
+            self.assertTrue(err.startswith("dvar import: "), err)
+            self.assertFalse(os.path.exists(out), "import left %s behind" % out)
+            self.assertEqual(sorted(os.listdir(self.dir)), ["a0.npy"])
+            os.unlink(self.path("a0.npy"))
+
+    def test_progress_when_forced(self):
+        _, err = self.import_arrays(self.path("ckpt"), {"a": np.zeros(300000)}, "--progress")
+        self.assertRegex(err, r"^\rimport: +\d+% \(.* of 2\.3 MiB\)")
+        self.assertRegex(err, r"\r *\r$")
+        _, err = self.dvar("verify", self.path("ckpt"), "--progress")
+        self.assertRegex(err, r"^\rverify: +\d+% \(")
+
+    def test_progress_is_not_drawn_off_a_terminal(self):
+        _, err = self.import_arrays(self.path("ckpt"), {"a": np.zeros(300000)})
+        self.assertEqual(err, "")
+
+
+# -------------------------------------------------------------------- cat
+
+
+def skeleton(shape):
+    """The layout `dvar cat` prints, each element shown as X."""
+    if len(shape) == 0:
+        return "X"
+    if 0 in shape:
+        return "[]"
+
+    def rec(dims, depth):
+        if len(dims) == 1:
+            return "[" + ", ".join(["X"] * dims[0]) + "]"
+        sep = ",\n" + "\n" * (len(dims) - 2) + " " * (depth + 1)
+        return "[" + sep.join(rec(dims[1:], depth + 1) for _ in range(dims[0])) + "]"
+    return rec(shape, 0)
+
+
+TOKEN = re.compile(r"[^\[\],\s]+")
+
+
+class CatTest(CliCase):
+    group = "cat"
+
+    def setUp(self):
+        super().setUp()
+        self.arrays = {
+            "f32": self.rng.standard_normal((3, 4, 5)).astype(np.float32),
+            "f64": self.rng.standard_normal((2, 3, 2, 2)),
+            "f16": self.rng.standard_normal((7,)).astype(np.float16),
+            "i64": np.array([[-2 ** 63, 2 ** 63 - 1], [2 ** 53 + 1, -1]], np.int64),
+            "u64": np.array([2 ** 64 - 1, 0, 2 ** 53 + 1], np.uint64),
+            "b": np.array([[True, False, True]]),
+            "scalar": np.array(42, np.int32),
+            "empty": np.zeros((2, 0, 3), np.float32),
+            "big": np.arange(20000, dtype=np.int32).reshape(200, 100),
+            "rank8": self.rng.standard_normal((2, 1, 3, 1, 2, 2, 1, 3)).astype(np.float32),
+        }
+        self.ckpt = self.path("ckpt")
+        self.import_arrays(self.ckpt, self.arrays, "--chunk-size", "4096")
+
+    def check_text(self, name, want, *opts, env=None):
+        out, err = self.dvar("cat", self.ckpt, name, *opts, env=env)
+        self.assertEqual(err, "")
+        self.assertTrue(out.endswith("\n"))
+        self.assertEqual(TOKEN.sub("X", out[:-1]), skeleton(want.shape))
+        tokens = TOKEN.findall(out)
+        flat = want.reshape(-1)
+        self.assertEqual(len(tokens), flat.size)
+        for tok, value in zip(tokens, flat):
+            if want.dtype == np.bool_:
+                self.assertEqual(tok, str(bool(value)))
+            elif np.issubdtype(want.dtype, np.integer):
+                self.assertEqual(int(tok), int(value))
+            else:
+                # Enough digits to read back as the same value of its type.
+                self.assertEqual(want.dtype.type(float(tok)).tobytes(), value.tobytes(), tok)
+        return out
+
+    def test_text_dump_of_every_kind(self):
+        for name, want in self.arrays.items():
+            if name != "big":
+                with self.subTest(name=name):
+                    self.check_text(name, want)
+
+    def test_text_layout(self):
+        out, _ = self.dvar("cat", self.ckpt, "big", "--slice", "0,2:0,3")
+        self.assertEqual(out, "[[0, 1, 2],\n [100, 101, 102]]\n")
+        out, _ = self.dvar("cat", self.ckpt, "i64")
+        self.assertEqual(out, "[[-9223372036854775808, 9223372036854775807],\n"
+                              " [9007199254740993, -1]]\n")
+        out, _ = self.dvar("cat", self.ckpt, "b")
+        self.assertEqual(out, "[[True, False, True]]\n")
+        out, _ = self.dvar("cat", self.ckpt, "scalar")
+        self.assertEqual(out, "42\n")
+        out, _ = self.dvar("cat", self.ckpt, "empty")
+        self.assertEqual(out, "[]\n")
+        out, _ = self.dvar("cat", self.ckpt, "f32", "--slice", "0,2:0,1:0,1")
+        self.assertEqual(TOKEN.sub("X", out), "[[[X]],\n\n [[X]]]\n")
+
+    def test_shortest_digits(self):
+        ckpt = self.path("digits")
+        self.import_arrays(ckpt, {
+            "f": np.array([0.1, 1 / 3, 1e-7, 100, 0.0001, 123456.7, 1e16, 16777216], np.float32),
+            "d": np.array([0.1, 1 / 3, 2.5e-300, 1e15 + 0.5, 2.0 ** 60])})
+        out, _ = self.dvar("cat", ckpt, "f")
+        self.assertEqual(out, "[0.1, 0.33333334, 1e-07, 100, 0.0001, 123456.7, 1e+16, 16777216]\n")
+        out, _ = self.dvar("cat", ckpt, "d")
+        self.assertEqual(out, "[0.1, 0.3333333333333333, 2.5e-300, 1000000000000000.5, "
+                              "1.152921504606847e+18]\n")
+
+    def test_large_text_needs_force(self):
+        _, err = self.dvar("cat", self.ckpt, "big", code=2)
+        self.assertEqual(err, "dvar cat: 'big' has 20000 elements; printing more than 10000 "
+                              "needs --force (or use --slice or --npy)\n"
+                              "See 'dvar help cat'.\n")
+        self.check_text("big", self.arrays["big"], "--force")
+
+    def test_npy_output(self):
+        for name, want in self.arrays.items():
+            with self.subTest(name=name):
+                self.assert_same_array(self.cat_npy(self.ckpt, name), want)
+        dst = self.path("f32.npy")
+        self.dvar("cat", self.ckpt, "f32", "--npy", dst)
+        with open(dst, "rb") as f:
+            raw = f.read()
+        self.assertEqual(raw[:8], b"\x93NUMPY\x01\x00")
+        hlen = int.from_bytes(raw[8:10], "little")
+        self.assertEqual((10 + hlen) % 64, 0)
+        self.assertTrue(raw[10 + hlen - 1:10 + hlen] == b"\n")
+        self.assertEqual(len(raw), 10 + hlen + self.arrays["f32"].nbytes)
+
+    def test_npy_overwrites_atomically(self):
+        dst = self.path("dst.npy")
+        with open(dst, "w") as f:
+            f.write("old")
+        self.dvar("cat", self.ckpt, "nope", "--npy", dst, code=3)
+        with open(dst) as f:
+            self.assertEqual(f.read(), "old")
+        self.dvar("cat", self.ckpt, "f16", "--npy", dst)
+        self.assert_same_array(np.load(dst), self.arrays["f16"])
+        self.assertEqual([n for n in os.listdir(self.dir) if "tmp" in n], [])
+
+    def test_npy_to_a_pipe(self):
+        p = subprocess.run([DVAR, "cat", self.ckpt, "f64", "--npy", "/dev/stdout"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.assertEqual((p.returncode, p.stderr), (0, b""))
+        with open(self.path("piped.npy"), "wb") as f:
+            f.write(p.stdout)
+        self.assert_same_array(np.load(self.path("piped.npy")), self.arrays["f64"])
+        _, err = self.dvar("cat", self.ckpt, "f64", "--npy", self.dir, code=3)
+        self.assertEqual(err, "dvar cat: cannot create '%s': Is a directory\n" % self.dir)
+        _, err = self.dvar("cat", self.ckpt, "f64", "--npy", self.path("no", "x.npy"), code=3)
+        self.assertEqual(err, "dvar cat: cannot create '%s': No such file or directory\n"
+                         % self.path("no", "x.npy"))
+
+    def random_spec(self, shape):
+        spec, index = [], []
+        for dim in shape:
+            if dim == 0 or self.rng.random() < 0.25:
+                spec.append("-")
+                index.append(slice(None))
+                continue
+            start = int(self.rng.integers(0, dim))
+            length = int(self.rng.integers(1, dim - start + 1))
+            spec.append("%d,%d" % (start, length))
+            index.append(slice(start, start + length))
+        return ":".join(spec), tuple(index)
+
+    def test_random_slices(self):
+        for name in ("f32", "f64", "i64", "big", "rank8", "b"):
+            want = self.arrays[name]
+            for _ in range(6):
+                spec, index = self.random_spec(want.shape)
+                with self.subTest(name=name, spec=spec):
+                    part = np.array(want[index], order="C")
+                    self.assert_same_array(self.cat_npy(self.ckpt, name, "--slice", spec), part)
+                    if part.size <= 10000:
+                        self.check_text(name, part, "--slice", spec)
+
+    def test_small_pieces(self):
+        # A budget of a few elements splits inner axes too, down to one element.
+        for budget in ("1", "24", "200"):
+            env = {"DVAR_CLI_PIECE_BYTES": budget}
+            for name in ("f32", "rank8", "i64", "scalar", "empty"):
+                want = self.arrays[name]
+                with self.subTest(name=name, budget=budget):
+                    self.assert_same_array(self.cat_npy(self.ckpt, name, env=env), want)
+                    self.check_text(name, want, env=env)
+                    spec, index = self.random_spec(want.shape)
+                    part = np.array(want[index], order="C")
+                    self.assert_same_array(self.cat_npy(self.ckpt, name, "--slice", spec, env=env),
+                                           part)
+
+    def test_scalar_slice(self):
+        out, _ = self.dvar("cat", self.ckpt, "scalar", "--slice", "")
+        self.assertEqual(out, "42\n")
+
+    def test_slice_errors(self):
+        for spec in ("0,4:-:-", "2,2:-:-", "-:-", "a,b:-:-", "0,1:0,1:0,1:0,1"):
+            with self.subTest(spec=spec):
+                _, err = self.dvar("cat", self.ckpt, "f32", "--slice", spec, code=2)
+                self.assertTrue(err.startswith("dvar cat: --slice '%s': " % spec), err)
+                self.assertTrue(err.endswith("See 'dvar help cat'.\n"), err)
+                prefix = "dvar cat: --slice '%s': " % spec
+                self.assertGreater(len(err.splitlines()[0]), len(prefix) + 5)
+        _, err = self.dvar("cat", self.ckpt, "f32", "--slice", "0,4:-:-", code=2)
+        self.assertIn("[3,4,5]", err)
+
+    def test_unknown_variable(self):
+        _, err = self.dvar("cat", self.ckpt, "nope", code=3)
+        self.assertTrue(err.startswith("dvar cat: "), err)
+        self.assertIn("nope", err)
+        self.assertEqual(len(err.splitlines()), 1)
+
+    def test_progress_when_forced(self):
+        dst = self.path("p.npy")
+        _, err = self.dvar("cat", self.ckpt, "big", "--npy", dst, "--progress")
+        self.assertIn("\rcat: 100% (78.1 KiB of 78.1 KiB)", err)
+        self.assertTrue(err.endswith("\r"), repr(err))
+        self.assertEqual(err.strip("\r ").count("\n"), 0)
+        _, err = self.dvar("cat", self.ckpt, "big", "--npy", dst, "--progress", "--no-progress")
+        self.assertEqual(err, "")
+
+    def test_bfloat16_written_as_float32(self):
+        if not LIB:
+            self.skipTest("needs --lib")
+        values = np.array([[1.0, -2.5, 0.15625], [3.0e38, -0.0, 1.0e-38]], np.float32)
+        values = (values.view(np.uint32) & 0xffff0000).view(np.float32)
+        ckpt = self.path("bf16")
+        lib_write(ckpt, [("w", DVAR_BFLOAT16, values.shape, None, to_bfloat16(values).tobytes())])
+        dst = self.path("w.npy")
+        _, err = self.dvar("cat", ckpt, "w", "--npy", dst)
+        self.assertEqual(err, "dvar cat: note: 'w' is bfloat16, which numpy lacks; "
+                              "writing it as float32 (exact)\n")
+        self.assert_same_array(np.load(dst), values)
+        out, _ = self.dvar("cat", ckpt, "w")
+        got = np.array([float(t) for t in TOKEN.findall(out)], np.float32)
+        self.assertEqual(got.tobytes(), values.reshape(-1).tobytes())
+        self.assertEqual(self.inspect_json(ckpt)["variables"][0]["dtype"], "bfloat16")
+
+    def test_variable_saved_in_slices(self):
+        if not LIB:
+            self.skipTest("needs --lib")
+        full = self.rng.standard_normal((6, 4)).astype(np.float32)
+        ckpt = self.path("sliced")
+        lib_write(ckpt, [
+            ("v", DVAR_FLOAT32, (6, 4), ((0, 0), (4, 4)), full[0:4].tobytes()),
+            ("v", DVAR_FLOAT32, (6, 4), ((4, 0), (2, 4)), full[4:6].tobytes()),
+        ])
+        self.assert_same_array(self.cat_npy(ckpt, "v"), full)
+        self.assert_same_array(self.cat_npy(ckpt, "v", "--slice", "3,2:1,2"), full[3:5, 1:3])
+        doc = self.inspect_json(ckpt)
+        slices = sorted((s["start"], s["length"]) for s in doc["variables"][0]["slices"])
+        self.assertEqual(slices, [([0, 0], [4, 4]), ([4, 0], [2, 4])])
+        out, _ = self.dvar("inspect", ckpt)
+        row = [l for l in out.splitlines() if l.startswith("v ")]
+        self.assertEqual(len(row), 1, out)
+        self.assertEqual(sorted(row[0].split()[-2:]), ["0,4:-", "4,2:-"])
+
+
+# ---------------------------------------------------------------- inspect
+
+
+class InspectTest(CliCase):
+    group = "inspect"
+
+    def test_json_fields(self):
+        sparse = np.zeros((512, 1024), np.float32)  # 2 MiB, mostly zero rows
+        sparse[::16] = self.rng.standard_normal((32, 1024))
+        dense = self.rng.standard_normal((100,))
+        ckpt = self.path("ckpt")
+        self.import_arrays(ckpt, {"sparse": sparse, "dense": dense, "s": np.array(1.5)})
+        doc = self.inspect_json(ckpt)
+        self.assertEqual(doc["path"], ckpt)
+        self.assertEqual([v["name"] for v in doc["variables"]], ["dense", "s", "sparse"])
+        v = {x["name"]: x for x in doc["variables"]}
+        self.assertEqual(v["sparse"]["dtype"], "float32")
+        self.assertEqual(v["sparse"]["shape"], [512, 1024])
+        self.assertEqual(v["sparse"]["slices"], [{"start": [0, 0], "length": [512, 1024]}])
+        self.assertEqual(v["sparse"]["raw_bytes"], sparse.nbytes)
+        self.assertLess(v["sparse"]["stored_bytes"], sparse.nbytes)
+        self.assertEqual(v["sparse"]["num_chunks"], 1)
+        self.assertEqual(v["s"]["shape"], [])
+        self.assertEqual(v["s"]["slices"], [{"start": [], "length": []}])
+        self.assertEqual(v["dense"]["raw_bytes"], 800)
+        self.assertEqual(doc["raw_bytes"], sum(x["raw_bytes"] for x in doc["variables"]))
+        self.assertEqual(doc["stored_bytes"], sum(x["stored_bytes"] for x in doc["variables"]))
+        self.assertEqual(doc["num_chunks"], sum(x["num_chunks"] for x in doc["variables"]))
+
+    def test_no_compress_stores_raw(self):
+        sparse = np.zeros((256, 1024), np.float32)
+        ckpt = self.path("ckpt")
+        self.import_arrays(ckpt, {"z": sparse}, "--no-compress")
+        v = self.inspect_json(ckpt)["variables"][0]
+        self.assertGreaterEqual(v["stored_bytes"], sparse.nbytes)
+
+    def test_text(self):
+        ckpt = self.path("ckpt")
+        self.import_arrays(ckpt, {"layer/kernel": np.zeros((3, 4), np.float32),
+                                  "step": np.array(7, np.int64)}, "--no-compress")
+        out, err = self.dvar("inspect", ckpt)
+        self.assertEqual(err, "")
+        lines = out.splitlines()
+        self.assertEqual(lines[0], ckpt)
+        self.assertEqual(lines[1].split(), ["NAME", "DTYPE", "SHAPE", "RAW", "STORED", "RATIO",
+                                            "CHUNKS", "SLICES"])
+        self.assertEqual(lines[2].split()[:4] + lines[2].split()[-2:],
+                         ["layer/kernel", "float32", "[3,4]", "48", "1", "-:-"])
+        self.assertEqual(lines[3].split()[:4] + lines[3].split()[-2:],
+                         ["step", "int64", "[]", "8", "1", "-"])
+        self.assertRegex(lines[4], r"^2 variables, 2 chunks, 56 B raw, \d.* stored, ratio ")
+        self.assertEqual(len(lines), 5)
+
+    def test_json_escapes_names(self):
+        names = ['quote"d', "back\\slash", "new\nline", "tab\there", "ctl\x01x", "caf\u00e9",
+                 "\u6f22\u5b57/\U0001f600"]
+        ckpt = self.path("ckpt")
+        self.import_arrays(ckpt, {n: np.zeros(1) for n in names})
+        out, _ = self.dvar("inspect", ckpt, "--json")
+        self.assertNotIn("\n", out[:-1])
+        doc = json.loads(out)
+        self.assertEqual(sorted(v["name"] for v in doc["variables"]), sorted(names))
+
+    def test_json_replaces_invalid_utf8(self):
+        ckpt = self.path("ckpt")
+        npy = self.save_npy(np.zeros(1))
+        subprocess.run([DVAR.encode(), b"import", ckpt.encode(), b"bad\xffname=" + npy.encode()],
+                       check=True)
+        doc = json.loads(subprocess.run([DVAR, "inspect", ckpt, "--json"], check=True,
+                                        stdout=subprocess.PIPE).stdout)
+        self.assertEqual(doc["variables"][0]["name"], "bad\ufffdname")
+
+    def test_root_resolves_to_latest(self):
+        root = self.path("root")
+        for step in (10, 20):
+            self.import_arrays(root, {"v%d" % step: np.zeros(2)}, "--step", step)
+        doc = self.inspect_json(root)
+        self.assertEqual(os.path.basename(doc["path"].rstrip("/")), "ckpt-20")
+        self.assertEqual([v["name"] for v in doc["variables"]], ["v20"])
+
+    def test_missing_checkpoint(self):
+        _, err = self.dvar("inspect", self.path("nope"), code=3)
+        self.assertTrue(err.startswith("dvar inspect: "), err)
+        self.assertIn("nope", err)
+
+
+# ---------------------------------------------------------------- fixture
+
+
+FIXTURE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "fixtures", "v1")
+
+
+class FixtureTest(CliCase):
+    """The committed v1 checkpoint (docs/FORMAT.md), copied, never edited."""
+    group = "fixture"
+
+    def setUp(self):
+        super().setUp()
+        self.ckpt = self.path("v1")
+        shutil.copytree(FIXTURE, self.ckpt)
+
+    def test_inspect_and_verify(self):
+        out, _ = self.dvar("inspect", self.ckpt)
+        rows = {l.split()[0]: l.split() for l in out.splitlines()[2:-1]}
+        self.assertEqual(sorted(rows), ["bf16", "bool_vec", "emb", "empty", "half", "int_vec",
+                                        "matrix_f64", "scalar_f32", "sharded"])
+        self.assertEqual(rows["sharded"][1:3] + rows["sharded"][-4:],
+                         ["float32", "[10,3]", "3", "0,4:-", "4,3:-", "7,3:-"])
+        self.assertEqual(rows["bf16"][1:3], ["bfloat16", "[2]"])
+        self.assertEqual(out.splitlines()[-1].split(",")[:2], ["9 variables", " 13 chunks"])
+        out, _ = self.dvar("verify", self.ckpt)
+        self.assertRegex(out, r"^9 variables, 13 chunks, \d+ bytes checked: OK\n$")
+
+    def test_values(self):
+        for name, text in [
+                ("bf16", "[1, -2.5]\n"),
+                ("half", "[1, -2, 0.5, 65504]\n"),
+                ("int_vec", "[-2, -1, 0, 1, 9007199254740993]\n"),
+                ("bool_vec", "[True, False, True, True]\n"),
+                ("scalar_f32", "3.5\n"),
+                ("empty", "[]\n"),
+                ("matrix_f64", "[[0.25, 1.25, 2.25, 3.25],\n [4.25, 5.25, 6.25, 7.25],\n"
+                               " [8.25, 9.25, 10.25, 11.25]]\n")]:
+            with self.subTest(name=name):
+                self.assertEqual(self.dvar("cat", self.ckpt, name)[0], text)
+        bf16 = self.cat_npy(self.ckpt, "bf16")
+        self.assert_same_array(bf16, np.array([1, -2.5], np.float32))
+        # Assembled from the three saved slices, and a slice across two of them.
+        sharded = np.arange(30, dtype=np.float32).reshape(10, 3) - 7.5
+        self.assert_same_array(self.cat_npy(self.ckpt, "sharded"), sharded)
+        self.assert_same_array(self.cat_npy(self.ckpt, "sharded", "--slice", "3,5:1,2"),
+                               sharded[3:8, 1:3])
+        r, c = np.meshgrid(np.arange(256), np.arange(16), indexing="ij")
+        emb = np.where(r % 2 == 1, 0.0, r * 16 + c + 0.125).astype(np.float32)
+        self.assert_same_array(self.cat_npy(self.ckpt, "emb"), emb)
+        self.assert_same_array(self.cat_npy(self.ckpt, "emb", "--slice", "100,3:14,2"),
+                               emb[100:103, 14:16])
+
+    def test_diff_with_an_import_of_itself(self):
+        # Re-import every variable numpy can hold; diff sees only bf16 go missing.
+        pairs = []
+        for name in ("bool_vec", "emb", "empty", "half", "int_vec", "matrix_f64",
+                     "scalar_f32", "sharded"):
+            pairs.append("%s=%s" % (name, self.path(name + ".npy")))
+            self.dvar("cat", self.ckpt, name, "--npy", self.path(name + ".npy"))
+        copy = self.path("copy")
+        self.dvar("import", copy, *pairs)
+        out, _ = self.dvar("diff", self.ckpt, copy, code=1)
+        self.assertEqual(out, "only in A: bf16\ndifferent: 1 only in A, 0 only in B, "
+                              "0 with another dtype or shape, 0 with other values (of 8 in both)\n")
+
+
+# ----------------------------------------------------------------- verify
+
+
+class VerifyTest(CliCase):
+    group = "verify"
+
+    def setUp(self):
+        super().setUp()
+        self.a = self.rng.standard_normal(3 * 1024).astype(np.float32)  # 3 chunks of 4 KiB
+        self.b = np.arange(100, dtype=np.int16)
+        self.ckpt = self.path("ckpt")
+        self.import_arrays(self.ckpt, {"a": self.a, "b": self.b}, "--chunk-size", "4096",
+                           "--no-compress")
+
+    def test_ok(self):
+        out, err = self.dvar("verify", self.ckpt)
+        self.assertEqual(err, "")
+        stored = self.inspect_json(self.ckpt)["stored_bytes"]
+        self.assertEqual(out, "2 variables, 4 chunks, %d bytes checked: OK\n" % stored)
+        doc = json.loads(self.dvar("verify", self.ckpt, "--json")[0])
+        self.assertEqual((doc["ok"], doc["num_bad"], doc["bad_chunks"], doc["num_chunks"]),
+                         (True, 0, [], 4))
+
+    def flip(self):
+        """Flip a byte in the middle of a's second chunk; its file and offset."""
+        data = self.data_files(self.ckpt)[0]
+        with open(data, "r+b") as f:
+            raw = f.read()
+            chunk1 = raw.find(self.a.tobytes()[4096:4096 + 64])
+            self.assertGreater(chunk1, 0)
+            f.seek(chunk1 + 100)
+            f.write(bytes([raw[chunk1 + 100] ^ 0x10]))
+        return data, chunk1
+
+    def test_flipped_byte(self):
+        data, chunk1 = self.flip()
+        out, err = self.dvar("verify", self.ckpt, code=1)
+        self.assertEqual(err, "")
+        lines = out.splitlines()
+        self.assertEqual(len(lines), 2, out)
+        m = re.match(r"bad chunk: variable 'a', file (\S+), offset (\d+), chunk (\d+): (.+)$",
+                     lines[0])
+        self.assertTrue(m, lines[0])
+        self.assertEqual(os.path.basename(m.group(1)), os.path.basename(data))
+        self.assertEqual(int(m.group(2)), chunk1)
+        self.assertEqual(int(m.group(3)), 1)
+        self.assertRegex(lines[1], r"^2 variables, 4 chunks, \d+ bytes checked: 1 bad chunk$")
+
+        doc = json.loads(self.dvar("verify", self.ckpt, "--json", code=1)[0])
+        self.assertFalse(doc["ok"])
+        self.assertEqual(doc["num_bad"], 1)
+        bad = doc["bad_chunks"][0]
+        self.assertEqual((bad["variable"], bad["offset"], bad["chunk"]), ("a", chunk1, 1))
+
+        # Reading the chunk fails and says which; the other variable still reads.
+        _, err = self.dvar("cat", self.ckpt, "a", "--npy", self.path("a.npy"), code=3)
+        self.assertTrue(err.startswith("dvar cat: "), err)
+        self.assertIn("chunk", err)
+        self.assertFalse(os.path.exists(self.path("a.npy")))
+        self.assert_same_array(self.cat_npy(self.ckpt, "a", "--slice", "0,1024"), self.a[:1024])
+        self.assert_same_array(self.cat_npy(self.ckpt, "b"), self.b)
+
+    def test_flipped_byte_in_compressed_chunk(self):
+        ckpt = self.path("z")
+        z = np.zeros(4096, np.int32)
+        z[::7] = np.arange(len(z[::7]))
+        self.import_arrays(ckpt, {"z": z}, "--chunk-size", "4096")
+        v = self.inspect_json(ckpt)["variables"][0]
+        self.assertLess(v["stored_bytes"], v["raw_bytes"])
+        # Chunks start at 4 KiB boundaries, the file's first one at 0.
+        data = self.data_files(ckpt)[0]
+        with open(data, "r+b") as f:
+            f.seek(8)
+            byte = f.read(1)[0]
+            f.seek(8)
+            f.write(bytes([byte ^ 0x55]))
+        out, _ = self.dvar("verify", ckpt, code=1)
+        self.assertRegex(out, r"^bad chunk: variable 'z', file \S+, offset 0, chunk \d: .+\n"
+                              r"1 variables, 4 chunks, \d+ bytes checked: 1 bad chunk\n$")
+
+    def test_truncated_data_file(self):
+        data = self.data_files(self.ckpt)[0]
+        os.truncate(data, os.path.getsize(data) // 2)
+        out, err = self.dvar("verify", self.ckpt, code=1)
+        self.assertIn("bad chunk: variable ", out)
+        self.assertIn(os.path.basename(data), out)
+        self.assertRegex(out, r"bad chunks?\n$")
+        _, err = self.dvar("cat", self.ckpt, "a", "--npy", self.path("x.npy"), code=3)
+        self.assertIn(os.path.basename(data), err)
+
+    def test_missing_data_file(self):
+        data = self.data_files(self.ckpt)[0]
+        os.unlink(data)
+        # The index still opens; every chunk is reported, naming the file.
+        out, err = self.dvar("verify", self.ckpt, code=1)
+        self.assertEqual(err, "")
+        lines = out.splitlines()
+        self.assertEqual(len(lines), 5, out)
+        for line in lines[:4]:
+            self.assertRegex(line, r"^bad chunk: variable '[ab]', file \S*%s, offset \d+, "
+                                   r"chunk \d: .*No such file" % os.path.basename(data))
+        self.assertRegex(lines[4], r"^2 variables, 4 chunks, \d+ bytes checked: 4 bad chunks$")
+        _, err = self.dvar("cat", self.ckpt, "b", code=3)
+        self.assertTrue(err.startswith("dvar cat: "), err)
+        self.assertIn(os.path.basename(data), err)
+
+    def test_garbage_index(self):
+        index = os.path.join(self.ckpt, "index")
+        size = os.path.getsize(index)
+        with open(index, "wb") as f:
+            f.write(bytes(self.rng.integers(0, 256, size, dtype=np.uint8)))
+        for cmd in ("verify", "inspect"):
+            _, err = self.dvar(cmd, self.ckpt, code=3)
+            self.assertTrue(err.startswith("dvar %s: " % cmd), err)
+            self.assertIn("index", err)
+            self.assertEqual(len(err.splitlines()), 1)
+
+    def test_truncated_index(self):
+        index = os.path.join(self.ckpt, "index")
+        os.truncate(index, os.path.getsize(index) // 2)
+        _, err = self.dvar("verify", self.ckpt, code=3)
+        self.assertTrue(err.startswith("dvar verify: "), err)
+        self.assertIn("index", err)
+
+    def test_empty_index(self):
+        os.truncate(os.path.join(self.ckpt, "index"), 0)
+        _, err = self.dvar("verify", self.ckpt, code=3)
+        self.assertIn("index", err)
+
+    def test_not_a_checkpoint(self):
+        os.mkdir(self.path("empty"))
+        _, err = self.dvar("verify", self.path("empty"), code=3)
+        self.assertTrue(err.startswith("dvar verify: "), err)
+
+
+# ------------------------------------------------------------------- diff
+
+
+class DiffTest(CliCase):
+    group = "diff"
+
+    def setUp(self):
+        super().setUp()
+        self.base = {
+            "w": self.rng.standard_normal((64, 300)).astype(np.float32),
+            "n": np.array([1.0, np.nan, 3.0]),
+            "i": np.arange(10, dtype=np.int64),
+            "only_a": np.zeros(2),
+        }
+
+    def make(self, name, arrays):
+        ckpt = self.path(name)
+        self.import_arrays(ckpt, arrays, "--chunk-size", "4096")
+        return ckpt
+
+    def test_identical(self):
+        a = self.make("a", self.base)
+        b = self.make("b", self.base)
+        out, err = self.dvar("diff", a, b)
+        self.assertEqual(err, "")
+        self.assertEqual(out, "identical: 4 variables, %d elements\n" % (64 * 300 + 3 + 10 + 2))
+        doc = json.loads(self.dvar("diff", a, b, "--json")[0])
+        self.assertEqual(doc["schema_version"], 1)
+        self.assertTrue(doc["identical"])
+        self.assertEqual((doc["only_in_a"], doc["only_in_b"]), ([], []))
+        self.assertEqual({v["status"] for v in doc["variables"]}, {"equal"})
+        self.assertIsNone(doc["atol"])
+
+    def test_different(self):
+        other = {k: v.copy() for k, v in self.base.items() if k != "only_a"}
+        other["w"][5, 7] += 0.5
+        other["w"][60, 299] -= 0.25
+        other["w"][1, 1] = -other["w"][1, 1] if other["w"][1, 1] != 0 else 1.0
+        flip = abs(2 * float(self.base["w"][1, 1]))
+        other["i"] = other["i"].astype(np.int32)
+        other["only_b"] = np.zeros((3, 3), np.float32)
+        # Another NaN (other payload bits) still equals NaN.
+        other["n"] = np.array([1.0, np.nan, 3.0])
+        other["n"].view(np.uint64)[1] |= np.uint64(1)
+        self.assertNotEqual(other["n"].tobytes(), self.base["n"].tobytes())
+        a = self.make("a", self.base)
+        b = self.make("b", other)
+        out, err = self.dvar("diff", a, b, code=1)
+        self.assertEqual(err, "")
+        lines = out.splitlines()
+        self.assertIn("only in A: only_a", lines)
+        self.assertIn("only in B: only_b", lines)
+        self.assertIn("dtype differs: i: int64 vs int32", lines)
+        want_max = max(np.float64(np.float32(self.base["w"][5, 7] + np.float32(0.5))) -
+                       np.float64(self.base["w"][5, 7]), flip, 0.25)
+        m = [l for l in lines if l.startswith("values differ: w: ")]
+        self.assertEqual(len(m), 1, out)
+        self.assertTrue(m[0].startswith("values differ: w: 3 of 19200 elements, max abs diff "))
+        self.assertAlmostEqual(float(m[0].rsplit(" ", 1)[1]), want_max, places=5)
+        self.assertEqual(lines[-1], "different: 1 only in A, 1 only in B, 1 with another dtype "
+                                    "or shape, 1 with other values (of 3 in both)")
+
+        doc = json.loads(self.dvar("diff", a, b, "--json", code=1)[0])
+        self.assertFalse(doc["identical"])
+        self.assertEqual((doc["only_in_a"], doc["only_in_b"]), (["only_a"], ["only_b"]))
+        v = {x["name"]: x for x in doc["variables"]}
+        self.assertEqual(v["w"]["status"], "values_differ")
+        self.assertEqual((v["w"]["num_elements"], v["w"]["num_different"]), (19200, 3))
+        self.assertAlmostEqual(v["w"]["max_abs_diff"], want_max, places=5)
+        self.assertEqual((v["i"]["status"], v["i"]["dtype_a"], v["i"]["dtype_b"]),
+                         ("dtype_differs", "int64", "int32"))
+        self.assertEqual((v["n"]["status"], v["n"]["num_different"]), ("equal", 0))
+
+    def test_shape_and_nan(self):
+        a = self.make("a", {"s": np.zeros((2, 3)), "n": np.array([np.nan, 1.0])})
+        b = self.make("b", {"s": np.zeros((3, 2)), "n": np.array([2.0, 1.0])})
+        out, _ = self.dvar("diff", a, b, code=1)
+        self.assertIn("shape differs: s: [2,3] vs [3,2]\n", out)
+        self.assertIn("values differ: n: 1 of 2 elements, max abs diff 0\n", out)
+
+    def test_atol(self):
+        other = dict(self.base)
+        other["w"] = self.base["w"] + np.float32(1e-3)
+        a = self.make("a", self.base)
+        b = self.make("b", other)
+        out, _ = self.dvar("diff", a, b, code=1)
+        self.assertRegex(out, r"values differ: w: 19200 of 19200 elements, max abs diff 0\.00")
+        out, _ = self.dvar("diff", a, b, "--atol", "0.01")
+        self.assertTrue(out.startswith("identical: "), out)
+        doc = json.loads(self.dvar("diff", a, b, "--atol", "1e-2", "--json")[0])
+        self.assertEqual(doc["atol"], 0.01)
+        w = [v for v in doc["variables"] if v["name"] == "w"][0]
+        self.assertEqual((w["status"], w["num_different"]), ("equal", 0))
+        self.assertAlmostEqual(w["max_abs_diff"], 1e-3, delta=2e-4)
+        self.dvar("diff", a, b, "--atol", "1e-5", code=1)
+        _, err = self.dvar("diff", a, b, "--atol", "-1", code=2)
+        _, err = self.dvar("diff", a, b, "--atol", "nan", code=2)
+        self.assertIn("--atol 'nan': expected a finite number >= 0", err)
+
+    def test_small_pieces(self):
+        other = {k: v.copy() for k, v in self.base.items()}
+        other["w"][63, 299] = 7.0
+        other["w"][0, 0] = 9.0
+        a = self.make("a", self.base)
+        b = self.make("b", other)
+        want = max(abs(7.0 - float(self.base["w"][63, 299])),
+                   abs(9.0 - float(self.base["w"][0, 0])))
+        for budget in ("1", "100", "5000"):
+            out, _ = self.dvar("diff", a, b, code=1, env={"DVAR_CLI_PIECE_BYTES": budget})
+            line = [l for l in out.splitlines() if l.startswith("values differ: w: ")]
+            self.assertEqual(len(line), 1, out)
+            self.assertTrue(line[0].startswith("values differ: w: 2 of 19200 elements"), line)
+            self.assertAlmostEqual(float(line[0].rsplit(" ", 1)[1]), want, places=4)
+
+    def test_large_variable_in_pieces(self):
+        # 80 MiB per side crosses the 64 MiB piece budget.
+        big = np.zeros((20, 1024, 1024), np.float32)
+        other = big.copy()
+        other[19, 1023, 1023] = 2.0
+        other[0, 0, 0] = -1.0
+        a = self.make("a", {"big": big})
+        b = self.make("b", {"big": other})
+        out, _ = self.dvar("diff", a, b, code=1)
+        self.assertIn("values differ: big: 2 of 20971520 elements, max abs diff 2\n", out)
+
+    def test_missing_checkpoint(self):
+        a = self.make("a", self.base)
+        _, err = self.dvar("diff", a, self.path("nope"), code=3)
+        self.assertTrue(err.startswith("dvar diff: "), err)
+        self.assertIn("nope", err)
+
+
+# --------------------------------------------------------------------- ls
+
+
+class LsTest(CliCase):
+    group = "ls"
+
+    def test_keep_and_latest(self):
+        root = self.path("root")
+        for step in (1, 2, 3, 4):
+            self.import_arrays(root, {"w": np.full(1000, step, np.float32)}, "--step", step,
+                               "--keep", "2")
+        self.assertEqual(sorted(n for n in os.listdir(root) if n.startswith("ckpt-")),
+                         ["ckpt-3", "ckpt-4"])
+        out, err = self.dvar("ls", root)
+        self.assertEqual(err, "")
+        lines = out.splitlines()
+        self.assertEqual(lines[0].split(), ["STEP", "NAME", "SIZE", "MARKS"])
+        self.assertEqual(lines[1].split()[:2] + lines[1].split()[-1:], ["3", "ckpt-3", "kept"])
+        self.assertEqual(lines[2].split()[:2] + lines[2].split()[-1:],
+                         ["4", "ckpt-4", "latest,kept"])
+        self.assertEqual(len(lines), 3)
+        doc = json.loads(self.dvar("ls", root, "--json")[0])
+        self.assertEqual(doc["schema_version"], 1)
+        got = [(c["name"], c["step"], c["latest"], c["kept"]) for c in doc["checkpoints"]]
+        self.assertEqual(got, [("ckpt-3", 3, False, True), ("ckpt-4", 4, True, True)])
+        for c in doc["checkpoints"]:
+            self.assertGreater(c["bytes"], 0)
+        # The root reads as its latest checkpoint.
+        self.assert_same_array(self.cat_npy(root, "w"), np.full(1000, 4, np.float32))
+
+    def test_keep_all(self):
+        root = self.path("root")
+        for step in (5, 100, 20):
+            self.import_arrays(root, {"w": np.zeros(1)}, "--step", step)
+        doc = json.loads(self.dvar("ls", root, "--json")[0])
+        self.assertEqual([c["step"] for c in doc["checkpoints"]], [5, 20, 100])
+        self.assertEqual([c["latest"] for c in doc["checkpoints"]], [False, True, False])
+
+    def test_empty_and_missing_root(self):
+        os.mkdir(self.path("empty"))
+        out, err = self.dvar("ls", self.path("empty"))
+        self.assertEqual(out, "")
+        self.assertIn("no checkpoints", err)
+        doc = json.loads(self.dvar("ls", self.path("empty"), "--json")[0])
+        self.assertEqual(doc["checkpoints"], [])
+        _, err = self.dvar("ls", self.path("nope"), code=3)
+        self.assertTrue(err.startswith("dvar ls: "), err)
+        self.assertIn("nope", err)
+
+
+# ------------------------------------------------------------------ usage
+
+
+COMMANDS = ["import", "inspect", "cat", "verify", "diff", "ls", "help", "version"]
+
+
+class UsageTest(CliCase):
+    group = "usage"
+
+    def test_help_for_every_command(self):
+        for cmd in COMMANDS:
+            with self.subTest(cmd=cmd):
+                out, err = self.dvar(cmd, "--help")
+                self.assertEqual(err, "")
+                self.assertTrue(out.startswith("usage: dvar %s" % cmd), out)
+                self.assertIn("Exit status: 0 success, ", out)
+                self.assertIn("2 usage error, 3 runtime error.", out)
+                self.assertEqual(self.dvar(cmd, "-h")[0], out)
+                self.assertEqual(self.dvar("help", cmd)[0], out)
+        self.assertIn("1 a chunk is corrupt", self.dvar("verify", "--help")[0])
+        self.assertIn("1 the checkpoints differ", self.dvar("diff", "--help")[0])
+        self.assertIn("--chunk-size BYTES", self.dvar("import", "--help")[0])
+        self.assertIn("numpy has no bfloat16", self.dvar("import", "--help")[0])
+
+    def test_overview(self):
+        out, err = self.dvar("help")
+        self.assertEqual(err, "")
+        for cmd in COMMANDS:
+            self.assertRegex(out, r"\n  %s +\S" % cmd)
+        for code in ("0  success", "1  a check failed", "2  usage error", "3  runtime error"):
+            self.assertIn(code, out)
+        self.assertEqual(self.dvar("--help")[0], out)
+        _, err = self.dvar(code=2)
+        self.assertEqual(err, out)
+
+    def test_version(self):
+        out, _ = self.dvar("version")
+        self.assertRegex(out, r"^dvar \d+\.\d+\.\d+ \(libdvar \d+\.\d+\.\d+\)\n$")
+        self.assertEqual(self.dvar("--version")[0], out)
+
+    def test_usage_errors(self):
+        cases = [
+            (["frobnicate"], "dvar: 'frobnicate' is not a dvar command. See 'dvar help'.\n"),
+            (["help", "frobnicate"], "dvar help: 'frobnicate' is not a dvar command\n"
+                                     "See 'dvar help help'.\n"),
+            (["inspect"], "dvar inspect: missing PATH\nSee 'dvar help inspect'.\n"),
+            (["inspect", "a", "b"], "dvar inspect: unexpected argument 'b'\n"
+                                    "See 'dvar help inspect'.\n"),
+            (["inspect", "a", "--jsn"], "dvar inspect: unknown option '--jsn'\n"
+                                        "See 'dvar help inspect'.\n"),
+            (["inspect", "a", "-j"], "dvar inspect: unknown option '-j'\n"
+                                     "See 'dvar help inspect'.\n"),
+            (["inspect", "a", "--json=yes"], "dvar inspect: --json takes no value\n"
+                                             "See 'dvar help inspect'.\n"),
+            (["cat", "a"], "dvar cat: missing NAME\nSee 'dvar help cat'.\n"),
+            (["cat", "a", "b", "--slice"], "dvar cat: --slice needs a value (SPEC)\n"
+                                           "See 'dvar help cat'.\n"),
+            (["diff", "a"], "dvar diff: missing B\nSee 'dvar help diff'.\n"),
+            (["diff", "a", "b", "--atol", "x"],
+             "dvar diff: --atol 'x': expected a finite number >= 0\nSee 'dvar help diff'.\n"),
+            (["import", "out", "a=b", "--step", "1.5"],
+             "dvar import: --step '1.5': expected a whole number >= 0\n"
+             "See 'dvar help import'.\n"),
+            (["verify"], "dvar verify: missing PATH\nSee 'dvar help verify'.\n"),
+            (["ls"], "dvar ls: missing ROOT\nSee 'dvar help ls'.\n"),
+            (["version", "x"], "dvar version: unexpected argument 'x'\n"
+                               "See 'dvar help version'.\n"),
+        ]
+        for args, message in cases:
+            with self.subTest(args=args):
+                out, err = self.dvar(*args, code=2)
+                self.assertEqual(out, "")
+                self.assertEqual(err, message)
+
+    def test_options_anywhere_and_double_dash(self):
+        ckpt = self.path("ckpt")
+        npy = self.save_npy(np.arange(3, dtype=np.int8))
+        self.dvar("import", ckpt, "--", "-x=" + npy)
+        out, _ = self.dvar("cat", "--slice", "1,2", ckpt, "--", "-x")
+        self.assertEqual(out, "[1, 2]\n")
+        out, _ = self.dvar("cat", "--slice=0,1", ckpt, "--", "-x")
+        self.assertEqual(out, "[0]\n")
+
+    def test_quick_command_on_a_terminal_draws_nothing(self):
+        # On a terminal progress waits a second before it shows; --progress does not wait.
+        ckpt = self.path("ckpt")
+        self.import_arrays(ckpt, {"w": np.zeros(1000)})
+        for opts, drawn in (([], False), (["--progress"], True)):
+            master, slave = pty.openpty()
+            p = subprocess.run([DVAR, "diff", ckpt, ckpt] + opts, stdout=subprocess.PIPE,
+                               stderr=slave)
+            os.close(slave)
+            err = b""
+            while True:
+                try:
+                    chunk = os.read(master, 4096)
+                except OSError:  # EIO: the terminal has no writer left
+                    break
+                if not chunk:
+                    break
+                err += chunk
+            os.close(master)
+            self.assertEqual(p.returncode, 0)
+            self.assertEqual(b"\rdiff: 100% (15.6 KiB of 15.6 KiB)" in err, drawn, err)
+
+    def test_json_prints_no_progress(self):
+        ckpt = self.path("ckpt")
+        self.import_arrays(ckpt, {"w": np.zeros(10)})
+        out, err = self.dvar("verify", ckpt, "--json", "--progress")
+        self.assertEqual(err, "")
+        json.loads(out)
+        out, err = self.dvar("diff", ckpt, ckpt, "--json", "--progress")
+        self.assertEqual(err, "")
+        json.loads(out)
+
+
+def main():
+    global DVAR, LIB
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--dvar", required=True, help="the dvar command to test")
+    parser.add_argument("--lib", help="libdvar.so, for checkpoints the CLI cannot write")
+    parser.add_argument("--group", help="run only this group of tests")
+    args, rest = parser.parse_known_args()
+    DVAR = os.path.abspath(args.dvar)
+    LIB = args.lib and os.path.abspath(args.lib)
+    loader = unittest.TestLoader()
+    suite = unittest.TestSuite()
+    for case in CliCase.__subclasses__():
+        if args.group in (None, case.group):
+            suite.addTests(loader.loadTestsFromTestCase(case))
+    if rest:
+        suite = unittest.TestSuite(t for t in iter_tests(suite) if any(r in t.id() for r in rest))
+    result = unittest.TextTestRunner(verbosity=2).run(suite)
+    sys.exit(0 if result.wasSuccessful() and result.testsRun else 1)
+
+
+def iter_tests(suite):
+    for t in suite:
+        if isinstance(t, unittest.TestSuite):
+            yield from iter_tests(t)
+        else:
+            yield t
+
+
+if __name__ == "__main__":
+    main()
