@@ -18,6 +18,7 @@
 static const char *out_path;
 static cli_args pairs;
 static int no_compress;
+static const char *compress = "auto";
 static uint64_t chunk_size;
 static int64_t step = -1;
 static int64_t keep = -1;
@@ -28,8 +29,11 @@ static const cli_opt opts[] = {
 	  "the checkpoint directory to create (with --step, a checkpoint root)" },
 	{ CLI_OPT_ARGS, "NAME=FILE.npy", NULL, &pairs, 0, CLI_OPT_REQUIRED,
 	  "save the array in FILE.npy as the variable NAME" },
+	{ CLI_OPT_STRING, "compress", "MODE", &compress, 0, 0,
+	  "auto (default): lz4 where a sample says it saves >= 10% and runs\n"
+	  "faster than the disk; lz4: wherever it saves >= 10%; none: raw" },
 	{ CLI_OPT_SWITCH, "no-compress", NULL, &no_compress, 1, 0,
-	  "store every chunk raw (page-aligned, zero-copy readable)" },
+	  "the same as --compress none: every chunk raw (page-aligned,\nzero-copy readable)" },
 	{ CLI_OPT_BYTES, "chunk-size", "BYTES", &chunk_size, 0, 0,
 	  "raw bytes per chunk: a multiple of 4K from 4K to 1G (default 4M)" },
 	{ CLI_OPT_INT, "step", "N", &step, 0, 0,
@@ -44,9 +48,8 @@ static const cli_usage usage = {
 	opts,
 	"Arrays must be C-order and little-endian (or byte-order-free): bool, int8-64,\n"
 	"uint8-64, float16, float32 or float64, of rank 0 to 8. numpy has no bfloat16,\n"
-	"so a bfloat16 variable cannot come from a .npy file. Chunks are compressed\n"
-	"with lz4 where that pays, unless --no-compress. Nothing is left at OUT when\n"
-	"the import fails.",
+	"so a bfloat16 variable cannot come from a .npy file. Nothing is left at OUT\n"
+	"when the import fails.",
 	NULL
 };
 
@@ -67,8 +70,18 @@ static int split_pairs(const char **names, const char **files)
 	return 0;
 }
 
+static dvar_compress mode;
+
 static int check_options(void)
 {
+	if (no_compress || strcmp(compress, "none") == 0)
+		mode = DVAR_COMPRESS_NONE;
+	else if (strcmp(compress, "lz4") == 0)
+		mode = DVAR_COMPRESS_LZ4;
+	else if (strcmp(compress, "auto") == 0)
+		mode = DVAR_COMPRESS_AUTO;
+	else
+		return cli_usage_error("import", "--compress takes auto, lz4 or none, not '%s'", compress);
 	if (keep >= 0 && step < 0)
 		return cli_usage_error("import", "--keep needs --step");
 	if (keep > INT32_MAX)
@@ -92,7 +105,7 @@ static int write_checkpoint(const char **names, const cli_npy *arrays)
 	for (int i = 0; i < pairs.n; i++)
 		pr.total += arrays[i].data_bytes;
 	wo.chunk_size = chunk_size;
-	wo.compress = no_compress ? DVAR_COMPRESS_NONE : DVAR_COMPRESS_AUTO;
+	wo.compress = mode;
 	wo.keep_last = keep > 0 ? (int)keep : 0;
 	wo.progress = cli_progress_update;
 	wo.progress_userdata = &pr;
