@@ -77,6 +77,17 @@ int dvar_pool_size(const dvar_pool *pool);
  */
 int dvar_pool_for(dvar_pool *pool, size_t n, int (*fn)(void *ctx, size_t i), void *ctx);
 
+/* ---------------------------------------------------------------- stash */
+
+/* A thread-safe stack of reusable buffers (see stash.c). */
+typedef struct dvar_stash dvar_stash;
+
+dvar_stash *dvar_stash_create(void);                /* NULL on ENOMEM */
+void *dvar_stash_pop(dvar_stash *s);                /* NULL when empty */
+/* Keep item for reuse; release it when it cannot be kept. */
+void dvar_stash_push(dvar_stash *s, void *item, void (*release)(void *));
+void dvar_stash_free(dvar_stash *s, void (*release)(void *)); /* NULL is a no-op */
+
 /* ---------------------------------------------------------------- misc */
 
 /** Monotonic clock in seconds. */

@@ -24,6 +24,14 @@ typedef struct {
 	size_t packed_cap, raw_cap;
 } scratch;
 
+static void scratch_release(void *p)
+{
+	scratch *s = p;
+	free(s->packed);
+	free(s->raw);
+	free(s);
+}
+
 typedef struct {
 	char *path;
 	int fd;       /* -1 when it could not be opened */
@@ -44,9 +52,7 @@ struct dvar_reader {
 	atomic_uint_least64_t bytes_read;
 	atomic_uint_least64_t progress_done;
 	uint64_t progress_total;
-	pthread_mutex_t lock;
-	scratch *free_scratch;
-	size_t num_free, cap_free;
+	dvar_stash *scratches; /* scratch *, reused across tasks and reads */
 };
 
 /* ---------------------------------------------------------------- open */
@@ -267,7 +273,10 @@ int dvar_reader_open(dvar_reader **out, const char *path, const dvar_read_option
 		return dvar_error_set(DVAR_ENOMEM, "out of memory");
 	r->opts = opts ? *opts : def;
 	r->owner = pthread_self();
-	pthread_mutex_init(&r->lock, NULL);
+	if (!(r->scratches = dvar_stash_create())) {
+		free(r);
+		return dvar_error_set(DVAR_ENOMEM, "out of memory");
+	}
 	if ((rc = dvar_resolve_checkpoint(path, &r->dir)))
 		goto fail;
 	if (!(index = dvar_path_join(r->dir, DVAR_INDEX_NAME))) {
@@ -313,14 +322,9 @@ void dvar_reader_free(dvar_reader *r)
 	for (size_t i = 0; i < r->num_vars; i++)
 		dvar_var_entry_clear(&r->vars[i]);
 	free(r->vars);
-	for (size_t i = 0; i < r->num_free; i++) {
-		free(r->free_scratch[i].packed);
-		free(r->free_scratch[i].raw);
-	}
-	free(r->free_scratch);
+	dvar_stash_free(r->scratches, scratch_release);
 	dvar_header_clear(&r->header);
 	free(r->dir);
-	pthread_mutex_destroy(&r->lock);
 	free(r);
 }
 
@@ -390,33 +394,12 @@ uint64_t dvar_reader_bytes_read(const dvar_reader *r)
 
 /* ---------------------------------------------------------------- chunks */
 
-static scratch scratch_get(dvar_reader *r)
+static scratch *scratch_get(dvar_reader *r)
 {
-	scratch s = { 0 };
-	pthread_mutex_lock(&r->lock);
-	if (r->num_free)
-		s = r->free_scratch[--r->num_free];
-	pthread_mutex_unlock(&r->lock);
+	scratch *s = dvar_stash_pop(r->scratches);
+	if (!s && !(s = calloc(1, sizeof(*s))))
+		dvar_error_set(DVAR_ENOMEM, "out of memory");
 	return s;
-}
-
-static void scratch_put(dvar_reader *r, scratch s)
-{
-	pthread_mutex_lock(&r->lock);
-	if (r->num_free == r->cap_free) {
-		size_t cap = r->cap_free ? r->cap_free * 2 : 8;
-		scratch *p = realloc(r->free_scratch, cap * sizeof(scratch));
-		if (!p) {
-			pthread_mutex_unlock(&r->lock);
-			free(s.packed);
-			free(s.raw);
-			return;
-		}
-		r->free_scratch = p;
-		r->cap_free = cap;
-	}
-	r->free_scratch[r->num_free++] = s;
-	pthread_mutex_unlock(&r->lock);
 }
 
 static int grow(unsigned char **p, size_t *cap, size_t need)
@@ -729,23 +712,25 @@ static int run_task(void *vctx, size_t i)
 	const task *t = &ctx->tasks[i];
 	const dvar_slice_entry *s = &ctx->v->slices[t->slice];
 	uint64_t base = (uint64_t)t->chunk * s->chunk_size;
-	scratch sc = scratch_get(ctx->r);
+	scratch *sc = scratch_get(ctx->r);
 	char why[WHY_MAX];
 	int rc;
+	if (!sc)
+		return DVAR_ENOMEM;
 	if (t->direct) {
 		unsigned char *out = ctx->dst + ctx->direct_first[t->slice] * ctx->esize + base;
-		if ((rc = load_chunk(ctx->r, s, t->chunk, 0, t->hi, out, &sc, why)))
+		if ((rc = load_chunk(ctx->r, s, t->chunk, 0, t->hi, out, sc, why)))
 			chunk_error(ctx->r, ctx->v, s, t->chunk, rc, why);
-	} else if (!(rc = grow(&sc.raw, &sc.raw_cap, (size_t)(t->hi - t->lo)))) {
-		if ((rc = load_chunk(ctx->r, s, t->chunk, t->lo, t->hi, sc.raw, &sc, why))) {
+	} else if (!(rc = grow(&sc->raw, &sc->raw_cap, (size_t)(t->hi - t->lo)))) {
+		if ((rc = load_chunk(ctx->r, s, t->chunk, t->lo, t->hi, sc->raw, sc, why))) {
 			chunk_error(ctx->r, ctx->v, s, t->chunk, rc, why);
 		} else {
-			copy_ctx cc = { ctx, sc.raw, (base + t->lo) / ctx->esize, &s->slice };
+			copy_ctx cc = { ctx, sc->raw, (base + t->lo) / ctx->esize, &s->slice };
 			rc = for_each_box(&s->slice, (base + t->lo) / ctx->esize, (base + t->hi) / ctx->esize,
 			                  copy_box, &cc);
 		}
 	}
-	scratch_put(ctx->r, sc);
+	dvar_stash_push(ctx->r->scratches, sc, scratch_release);
 	if (rc == DVAR_OK)
 		progress(ctx->r, t->hi - t->lo);
 	return rc;
@@ -830,15 +815,16 @@ typedef struct {
 static int verify_chunk(void *vctx, size_t ci)
 {
 	verify_ctx *ctx = vctx;
-	scratch sc = scratch_get(ctx->r);
+	scratch *sc = scratch_get(ctx->r);
 	uint64_t len = dvar_chunk_raw_len(ctx->s, ci);
 	char why[WHY_MAX];
-	int rc = grow(&sc.raw, &sc.raw_cap, (size_t)len);
+	int rc = sc ? grow(&sc->raw, &sc->raw_cap, (size_t)len) : DVAR_ENOMEM;
 	if (rc)
 		snprintf(why, sizeof(why), "%s", dvar_error_last()->message);
 	else
-		rc = load_chunk(ctx->r, ctx->s, ci, 0, len, sc.raw, &sc, why);
-	scratch_put(ctx->r, sc);
+		rc = load_chunk(ctx->r, ctx->s, ci, 0, len, sc->raw, sc, why);
+	if (sc)
+		dvar_stash_push(ctx->r->scratches, sc, scratch_release);
 	ctx->codes[ci] = rc;
 	if (rc && !(ctx->messages[ci] = strdup(why)))
 		return dvar_error_set(DVAR_ENOMEM, "out of memory");

@@ -31,11 +31,6 @@
 #define LZ4_MIN_SAMPLE_BYTES_PER_SEC 2.0e9
 #define SAMPLE_PIECE (16u << 10)
 
-typedef struct {
-	unsigned char *data;
-	size_t cap;
-} scratch;
-
 struct dvar_writer {
 	char *final_dir;
 	char *tmp_dir;
@@ -59,10 +54,8 @@ struct dvar_writer {
 	uint32_t *table; /* open addressing: var index + 1, 0 = empty */
 	size_t table_cap;
 
-	pthread_mutex_t lock; /* guards the scratch free list */
-	scratch *free_scratch;
-	size_t num_free, cap_free;
-	size_t scratch_cap;
+	dvar_stash *buffers; /* chunk buffers of buffer_size bytes, aligned */
+	size_t buffer_size;
 };
 
 /* ---------------------------------------------------------------- names */
@@ -108,39 +101,14 @@ static int table_insert(dvar_writer *w, size_t index)
 	return DVAR_OK;
 }
 
-/* ---------------------------------------------------------------- scratch */
+/* ---------------------------------------------------------------- buffers */
 
-static int scratch_get(dvar_writer *w, scratch *out)
+static unsigned char *buffer_get(dvar_writer *w)
 {
-	pthread_mutex_lock(&w->lock);
-	if (w->num_free) {
-		*out = w->free_scratch[--w->num_free];
-		pthread_mutex_unlock(&w->lock);
-		return DVAR_OK;
-	}
-	pthread_mutex_unlock(&w->lock);
-	out->cap = w->scratch_cap;
-	if (!(out->data = dvar_aligned_alloc(out->cap)))
-		return dvar_error_set(DVAR_ENOMEM, "out of memory (%zu bytes of chunk buffer)", out->cap);
-	return DVAR_OK;
-}
-
-static void scratch_put(dvar_writer *w, scratch s)
-{
-	pthread_mutex_lock(&w->lock);
-	if (w->num_free == w->cap_free) {
-		size_t cap = w->cap_free ? w->cap_free * 2 : 8;
-		scratch *p = realloc(w->free_scratch, cap * sizeof(scratch));
-		if (!p) {
-			pthread_mutex_unlock(&w->lock);
-			free(s.data);
-			return;
-		}
-		w->free_scratch = p;
-		w->cap_free = cap;
-	}
-	w->free_scratch[w->num_free++] = s;
-	pthread_mutex_unlock(&w->lock);
+	unsigned char *p = dvar_stash_pop(w->buffers);
+	if (!p && !(p = dvar_aligned_alloc(w->buffer_size)))
+		dvar_error_set(DVAR_ENOMEM, "out of memory (%zu bytes of chunk buffer)", w->buffer_size);
+	return p;
 }
 
 /* ---------------------------------------------------------------- open */
@@ -175,12 +143,14 @@ static int open_dir(dvar_writer **out, const char *dir, const dvar_write_options
 		return dvar_error_set(DVAR_ENOMEM, "out of memory");
 	w->fd = w->fd_direct = -1;
 	w->owner = pthread_self();
-	pthread_mutex_init(&w->lock, NULL);
 	if ((rc = check_options(&w->opts, opts)))
 		goto fail;
-	w->scratch_cap = (size_t)w->opts.chunk_size + DVAR_ALIGN;
-	if ((size_t)LZ4_compressBound((int)w->opts.chunk_size) + DVAR_ALIGN > w->scratch_cap)
-		w->scratch_cap = (size_t)LZ4_compressBound((int)w->opts.chunk_size) + DVAR_ALIGN;
+	if (!(w->buffers = dvar_stash_create())) {
+		rc = dvar_error_set(DVAR_ENOMEM, "out of memory");
+		goto fail;
+	}
+	/* Room for a chunk compressed in the worst case, padded to the alignment. */
+	w->buffer_size = (size_t)LZ4_compressBound((int)w->opts.chunk_size) + DVAR_ALIGN;
 
 	size_t len = strlen(dir);
 	while (len > 1 && dir[len - 1] == '/')
@@ -340,17 +310,17 @@ static int write_chunk(void *vctx, size_t i)
 	dvar_chunk *c = &se->chunks[i];
 	size_t len = (size_t)dvar_chunk_raw_len(se, i);
 	const unsigned char *raw = ctx->data + (size_t)i * se->chunk_size;
-	scratch s;
-	int rc = scratch_get(w, &s);
-	if (rc)
-		return rc;
+	unsigned char *buf = buffer_get(w);
+	int rc;
+	if (!buf)
+		return DVAR_ENOMEM;
 
 	c->codec = DVAR_CODEC_RAW;
 	c->stored = len;
 	if (w->opts.compress == DVAR_COMPRESS_LZ4 ||
-	    (w->opts.compress == DVAR_COMPRESS_AUTO && lz4_pays(w, raw, len, s.data))) {
+	    (w->opts.compress == DVAR_COMPRESS_AUTO && lz4_pays(w, raw, len, buf))) {
 		/* A capacity of 90% makes lz4 give up when it would save less than 10%. */
-		int n = LZ4_compress_fast((const char *)raw, (char *)s.data, (int)len, (int)(len - len / 10),
+		int n = LZ4_compress_fast((const char *)raw, (char *)buf, (int)len, (int)(len - len / 10),
 		                          LZ4_ACCELERATION);
 		if (n > 0) {
 			c->codec = DVAR_CODEC_LZ4;
@@ -358,7 +328,7 @@ static int write_chunk(void *vctx, size_t i)
 		}
 	}
 
-	const unsigned char *out = s.data;
+	const unsigned char *out = buf;
 	if (c->codec == DVAR_CODEC_RAW) {
 		uint32_t *blocks = se->block_crcs + c->first_block;
 		uint32_t crc = 0;
@@ -374,16 +344,16 @@ static int write_chunk(void *vctx, size_t i)
 		if ((uintptr_t)raw % DVAR_ALIGN == 0 && len % DVAR_ALIGN == 0)
 			out = raw;
 		else
-			memcpy(s.data, raw, len);
+			memcpy(buf, raw, len);
 	} else {
 		c->crc = dvar_crc32c(raw, len);
 	}
 	size_t padded = ((size_t)c->stored + DVAR_ALIGN - 1) / DVAR_ALIGN * DVAR_ALIGN;
-	if (out == s.data)
-		memset(s.data + c->stored, 0, padded - (size_t)c->stored);
+	if (out == buf)
+		memset(buf + c->stored, 0, padded - (size_t)c->stored);
 	c->offset = atomic_fetch_add(&w->next_offset, padded);
 	rc = write_padded(w, out, padded, c->offset);
-	scratch_put(w, s);
+	dvar_stash_push(w->buffers, buf, free);
 	if (rc == DVAR_OK) {
 		atomic_fetch_add(&w->bytes_done, len);
 		DVAR_FAULT_POINT("chunk-written");
@@ -662,9 +632,7 @@ void dvar_writer_free(dvar_writer *w)
 	}
 	for (size_t i = 0; i < w->num_vars; i++)
 		dvar_var_entry_clear(&w->vars[i]);
-	for (size_t i = 0; i < w->num_free; i++)
-		free(w->free_scratch[i].data);
-	free(w->free_scratch);
+	dvar_stash_free(w->buffers, free);
 	free(w->vars);
 	free(w->table);
 	free(w->tmp_dir);
@@ -672,6 +640,5 @@ void dvar_writer_free(dvar_writer *w)
 	free(w->final_dir);
 	free(w->root);
 	free(w->step_name);
-	pthread_mutex_destroy(&w->lock);
 	free(w);
 }
