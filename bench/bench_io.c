@@ -76,7 +76,18 @@ static struct {
 	series s[S_COUNT];
 } g;
 
-static void remove_tree(const char *path);
+static int remove_entry(const char *path, const struct stat *st, int type, struct FTW *ftw)
+{
+	remove(path);
+	return 0;
+}
+
+static void remove_tree(const char *path)
+{
+	nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static void fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 static void fatal(const char *fmt, ...)
 {
@@ -111,25 +122,6 @@ static void record(int which, uint64_t bytes, double seconds)
 	series *s = &g.s[which];
 
 	s->gbps[s->n++] = bytes / seconds / 1e9;
-}
-
-static int remove_entry(const char *path, const struct stat *st, int type, struct FTW *ftw)
-{
-	remove(path);
-	return 0;
-}
-
-static void remove_tree(const char *path)
-{
-	nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
-
-static char *scratch_path(const char *name)
-{
-	static char buf[4096];
-
-	snprintf(buf, sizeof(buf), "%s/%s", g.scratch, name);
-	return buf;
 }
 
 /* Anonymous, huge-page-advised and touched now, so no timed section faults. */
@@ -302,8 +294,10 @@ static double raw_read(const char *path, void *buf, uint64_t bytes, int direct)
 
 static void bench_raw(void *src, void *dst)
 {
-	const char *path = scratch_path("raw.bin");
+	char path[4096];
 	double t;
+
+	snprintf(path, sizeof(path), "%s/raw.bin", g.scratch);
 
 	drop_caches();
 	record(S_RAW_WRITE_BUF, g.size, raw_write(path, src, g.size, 0));
@@ -405,27 +399,6 @@ static void check_roundtrip(const char *dir, const layout *l, const void *src, v
 		fatal("%s: restored bytes differ from the saved ones", dir);
 }
 
-/*
- * Save src once per mode, in reverse order on odd runs so that no mode is
- * always the one that runs right after the page cache was dropped.
- */
-static void bench_saves(int run, const layout *l, const void *src, void *dst, const char *tag,
-                        const dvar_compress *modes, const int *which, int n, const char *keep)
-{
-	for (int k = 0; k < n; k++) {
-		int i = run % 2 ? n - 1 - k : k;
-		char name[64];
-		snprintf(name, sizeof(name), "%s-%d", tag, (int)modes[i]);
-		const char *dir = scratch_path(name);
-		record(which[i], g.size, save(dir, l, src, modes[i]));
-		g.s[which[i]].bytes_ratio = stored_over_raw(dir);
-		if (run == 0)
-			check_roundtrip(dir, l, src, dst);
-		if (!keep || strcmp(keep, name) != 0)
-			remove_tree(dir);
-	}
-}
-
 /* Rows [rows/2 + 3, +rows/8) of the first (largest) tensor: starts inside a chunk. */
 static void bench_partial(const char *dir, const tensor *t, const void *src, void *dst)
 {
@@ -455,6 +428,47 @@ static void bench_partial(const char *dir, const tensor *t, const void *src, voi
 		g.s[S_PARTIAL].bytes_ratio = (double)got / need;
 }
 
+/* (d) and (e) on the dense checkpoint. */
+static void bench_reads(const char *dir, const layout *l, const void *src, void *dst)
+{
+	drop_caches();
+	record(S_RESTORE, g.size, restore(dir, l, dst));
+	if (memcmp(src, dst, g.size) != 0)
+		fatal("cold restore returned wrong bytes");
+	bench_partial(dir, &l->t[0], src, dst);
+}
+
+/*
+ * Save src once per mode, starting with another mode each run, and delete
+ * each checkpoint before the next save: on a disk mounted with `discard` a
+ * save right after a big delete runs slower, so every save follows one.
+ * read_back, when given, runs on the AUTO checkpoint before it is deleted.
+ */
+static void bench_saves(int run, const layout *l, const void *src, void *dst,
+                        const dvar_compress *modes, const int *which, int n,
+                        void (*read_back)(const char *dir, const layout *l, const void *src,
+                                          void *dst))
+{
+	char dir[4096];
+
+	snprintf(dir, sizeof(dir), "%s/ckpt", g.scratch);
+	for (int k = 0; k < n; k++) {
+		int i = (run + k) % n;
+		record(which[i], g.size, save(dir, l, src, modes[i]));
+		g.s[which[i]].bytes_ratio = stored_over_raw(dir);
+		if (run == 0)
+			check_roundtrip(dir, l, src, dst);
+		if (read_back && modes[i] == DVAR_COMPRESS_AUTO)
+			read_back(dir, l, src, dst);
+		remove_tree(dir);
+	}
+}
+
+static double last(int which)
+{
+	return g.s[which].n ? g.s[which].gbps[g.s[which].n - 1] : 0;
+}
+
 static void one_run(int run, const layout *mixed, const layout *table, uint32_t *src, void *dst)
 {
 	static const dvar_compress auto_none[] = { DVAR_COMPRESS_AUTO, DVAR_COMPRESS_NONE };
@@ -463,29 +477,24 @@ static void one_run(int run, const layout *mixed, const layout *table, uint32_t 
 	static const int dense[] = { S_DENSE_AUTO, S_DENSE_NONE };
 	static const int rows[] = { S_ROWS_AUTO, S_ROWS_LZ4, S_ROWS_NONE };
 	static const int elems[] = { S_ELEM_AUTO, S_ELEM_NONE };
-	char keep[64];
 
-	fprintf(stderr, "run %d/%d: raw I/O", run + 1, g.runs);
+	fprintf(stderr, "run %d/%d:", run + 1, g.runs);
 	fill_dense(src, g.size / 4);
 	bench_raw(src, dst);
+	bench_saves(run, mixed, src, dst, auto_none, dense, 2, bench_reads);
 
-	fprintf(stderr, ", dense");
-	snprintf(keep, sizeof(keep), "dense-%d", (int)DVAR_COMPRESS_AUTO);
-	bench_saves(run, mixed, src, dst, "dense", auto_none, dense, 2, keep);
-	drop_caches();
-	record(S_RESTORE, g.size, restore(scratch_path(keep), mixed, dst));
-	if (memcmp(src, dst, g.size) != 0)
-		fatal("cold restore returned wrong bytes");
-	bench_partial(scratch_path(keep), &mixed->t[0], src, dst);
-	remove_tree(scratch_path(keep));
-
-	fprintf(stderr, ", row-sparse");
 	fill_row_sparse(src, g.size / 512, 128);
-	bench_saves(run, table, src, dst, "rows", all, rows, 3, NULL);
+	bench_saves(run, table, src, dst, all, rows, 3, NULL);
 
-	fprintf(stderr, ", element-sparse\n");
 	fill_element_sparse(src, g.size / 4);
-	bench_saves(run, mixed, src, dst, "elems", auto_none, elems, 2, NULL);
+	bench_saves(run, mixed, src, dst, auto_none, elems, 2, NULL);
+
+	fprintf(stderr, " O_DIRECT write %.2f, cold read %.2f | dense AUTO %.2f NONE %.2f | "
+	                "restore %.2f | rows AUTO %.2f LZ4 %.2f NONE %.2f | elems AUTO %.2f "
+	                "NONE %.2f GB/s\n",
+	        last(S_RAW_WRITE_DIRECT), last(S_RAW_READ_COLD), last(S_DENSE_AUTO),
+	        last(S_DENSE_NONE), last(S_RESTORE), last(S_ROWS_AUTO), last(S_ROWS_LZ4),
+	        last(S_ROWS_NONE), last(S_ELEM_AUTO), last(S_ELEM_NONE));
 }
 
 /* ------------------------------------------------------------------ report */
@@ -509,11 +518,29 @@ static double median(int which)
 	return s->n % 2 ? v[s->n / 2] : (v[s->n / 2 - 1] + v[s->n / 2]) / 2;
 }
 
+/*
+ * The median over runs of a's figure over b's from the same run: each pair
+ * was measured a minute apart, so the host's drift between runs cancels.
+ */
+static double ratio(int a, int b)
+{
+	const series *x = &g.s[a], *y = &g.s[b];
+	double v[MAX_RUNS];
+	int n = x->n;
+
+	if (n == 0 || y->n != n)
+		return 0;
+	for (int i = 0; i < n; i++)
+		v[i] = x->gbps[i] / y->gbps[i];
+	qsort(v, n, sizeof(double), cmp_double);
+	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
 static void row(const char *label, int which, int base, const char *base_name, const char *extra)
 {
 	series *s = &g.s[which];
 	double lo = s->gbps[0], hi = s->gbps[0];
-	char ratio[48] = "", bytes[32] = "", line[160];
+	char vs[48] = "", bytes[32] = "", line[160];
 	int n;
 
 	if (s->n == 0) {
@@ -524,21 +551,17 @@ static void row(const char *label, int which, int base, const char *base_name, c
 		lo = s->gbps[i] < lo ? s->gbps[i] : lo;
 		hi = s->gbps[i] > hi ? s->gbps[i] : hi;
 	}
-	if (base >= 0 && median(base) > 0)
-		snprintf(ratio, sizeof(ratio), "%.2fx %s", median(which) / median(base), base_name);
+	if (base >= 0 && ratio(which, base) > 0)
+		snprintf(vs, sizeof(vs), "%.2fx %s", ratio(which, base), base_name);
 	if (s->bytes_ratio > 0)
 		snprintf(bytes, sizeof(bytes), "%s %.3f", extra, s->bytes_ratio);
 	n = snprintf(line, sizeof(line), "  %-38s %6.2f  [%5.2f-%5.2f]  %-24s %s", label,
-	             median(which), lo, hi, ratio, bytes);
+	             median(which), lo, hi, vs, bytes);
 	while (n > 0 && line[n - 1] == ' ')
 		n--;
 	printf("%.*s\n", n, line);
 }
 
-static double ratio(int a, int b)
-{
-	return median(b) > 0 ? median(a) / median(b) : 0;
-}
 
 typedef struct {
 	const char *text;
@@ -579,8 +602,8 @@ static void report(const layout *mixed)
 		snprintf(threads, sizeof(threads), "all %ld", sysconf(_SC_NPROCESSORS_ONLN));
 	printf("\ndvar_bench_io: %llu MiB per case, %d run%s, %s CPU threads, scratch in %s\n",
 	       (unsigned long long)(g.size / MIB), g.runs, g.runs > 1 ? "s" : "", threads, g.dir);
-	printf("GB/s = 1e9 bytes of tensor data per second, median [min-max] over the runs; "
-	       "reads are %s\n\n", rd);
+	printf("GB/s = 1e9 bytes of tensor data per second, median [min-max] over the runs;\n"
+	       "vs raw = median of the per-run ratios; reads are %s\n\n", rd);
 	printf("  %-38s %6s  %-13s  %-24s %s\n", "case", "GB/s", "[min-max]", "vs raw",
 	       "bytes");
 	printf("machine, same bytes\n");
@@ -636,7 +659,7 @@ static void usage(FILE *f)
 	fprintf(f, "usage: dvar_bench_io [--size-mb N] [--dir DIR] [--runs N] [--threads N]\n"
 	           "  --size-mb N   MiB of tensor data per case (default 1024, at least 8)\n"
 	           "  --dir DIR     where scratch checkpoints go (default $TMPDIR or /tmp)\n"
-	           "  --runs N      runs per case; the median is reported (default 5, max %d)\n"
+	           "  --runs N      runs; medians are reported (default 6, max %d)\n"
 	           "  --threads N   dvar writer/reader threads (default 0 = all CPUs)\n"
 	           "Run as root so the page cache can be dropped before each read.\n",
 	        MAX_RUNS);
@@ -664,7 +687,7 @@ int main(int argc, char **argv)
 	void *src, *dst;
 
 	g.size = 1024 * MIB;
-	g.runs = 5;
+	g.runs = 6;
 	g.dir = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;

@@ -3,9 +3,10 @@
 # dependencies, build, then checkpoint a few NumPy arrays with the dvar
 # command and read them back: list, inspect, verify, read a slice, diff two
 # steps and catch a corrupted byte. Exits non-zero when any check fails.
+# DVAR_BUILD_DIR picks the build tree (default build/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-root=$PWD
+build=$PWD/${DVAR_BUILD_DIR:-build}
 # Debian's interpreter, the one python3-numpy installs into; the python3 first
 # on PATH may be another one without numpy.
 py=/usr/bin/python3
@@ -18,7 +19,7 @@ fail() {
 # Show each dvar command before its output, as if typed.
 dvar() {
 	echo "\$ dvar $*"
-	"$root/build/cli/dvar" "$@"
+	"$build/cli/dvar" "$@"
 }
 # Run a dvar command that must exit with the given status.
 expect_exit() {
@@ -31,12 +32,13 @@ expect_exit() {
 section "dependencies"
 bash scripts/install-deps.sh
 
-section "build (Release, in build/)"
-if [ ! -f build/CMakeCache.txt ]; then
-	cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+# Only the command is built; scripts/test.sh builds the rest in the same tree.
+section "build (Release, in ${DVAR_BUILD_DIR:-build}/)"
+if [ ! -f "$build/CMakeCache.txt" ]; then
+	cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
 fi
-cmake --build build -j2 --target dvar_cli >/dev/null
-"$root/build/cli/dvar" --version
+cmake --build "$build" -j2 --target dvar_cli >/dev/null
+"$build/cli/dvar" --version
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/dvar-demo-XXXXXX")
 trap 'rm -rf "$work"' EXIT

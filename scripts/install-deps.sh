@@ -6,10 +6,11 @@
 # it prints the command to run and exits 1.
 set -euo pipefail
 
-# make is listed because it is only a recommendation of cmake, and
-# recommendations are not installed.
-packages=(cmake make g++ pkg-config libleveldb-dev liblz4-dev libopenmpi-dev openmpi-bin
-	libcmocka-dev python3-numpy)
+# make is only a recommendation of cmake, and recommendations are not
+# installed. libsnappy-dev is not a dependency of libleveldb-dev, yet
+# LevelDB's CMake package links -lsnappy.
+packages=(cmake make g++ pkg-config libleveldb-dev libsnappy-dev liblz4-dev libopenmpi-dev
+	openmpi-bin libcmocka-dev python3-numpy)
 
 if ! command -v dpkg >/dev/null 2>&1; then
 	echo "install-deps: not a Debian-based system; install these (or their equivalents):" >&2
