@@ -20,6 +20,19 @@ char *tu_mkdtemp(void)
 	return path;
 }
 
+int tu_setup_dir(void **state)
+{
+	*state = tu_mkdtemp();
+	return 0;
+}
+
+int tu_teardown_dir(void **state)
+{
+	tu_rmtree(*state);
+	free(*state);
+	return 0;
+}
+
 static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
 {
 	(void)st; (void)flag; (void)ftw;

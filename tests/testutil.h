@@ -14,6 +14,10 @@
 /** A new empty directory under $TMPDIR (or /tmp); free with tu_rmtree + free. */
 char *tu_mkdtemp(void);
 
+/** cmocka setup/teardown giving each test a fresh directory: *state is its path (char *). */
+int tu_setup_dir(void **state);
+int tu_teardown_dir(void **state);
+
 /** Remove a directory tree (best effort). */
 void tu_rmtree(const char *path);
 

@@ -17,27 +17,6 @@
 
 #define N 300000 /* float32 elements per variable: several chunks */
 
-typedef struct {
-	char *root;
-} fixture;
-
-static int setup(void **state)
-{
-	fixture *f = calloc(1, sizeof(*f));
-	f->root = tu_mkdtemp();
-	*state = f;
-	return 0;
-}
-
-static int teardown(void **state)
-{
-	fixture *f = *state;
-	tu_rmtree(f->root);
-	free(f->root);
-	free(f);
-	return 0;
-}
-
 static float value_at(int64_t step, int i)
 {
 	return (float)step * 1000.0f + (float)(i % 977);
@@ -95,22 +74,22 @@ static char *read_pointer(const char *root)
 
 static void test_format_root__latest_and_retention(void **state)
 {
-	fixture *f = *state;
+	const char *dir = *state;
 	for (int64_t s = 1; s <= 4; s++)
-		assert_int_equal(save_step(f->root, s * 100, 2), DVAR_OK);
-	char *text = read_pointer(f->root);
+		assert_int_equal(save_step(dir, s * 100, 2), DVAR_OK);
+	char *text = read_pointer(dir);
 	assert_string_equal(text, "model_checkpoint_path: \"ckpt-400\"\n"
 	                          "all_model_checkpoint_paths: \"ckpt-300\"\n"
 	                          "all_model_checkpoint_paths: \"ckpt-400\"\n");
 	free(text);
-	check_step(f->root, 400);
-	char *old = tu_path(f->root, "ckpt-200");
+	check_step(dir, 400);
+	char *old = tu_path(dir, "ckpt-200");
 	assert_false(dvar_fs_exists(old));
 	free(old);
 
 	dvar_root_list *l;
 	dvar_root_entry e;
-	assert_int_equal(dvar_root_list_open(&l, f->root), DVAR_OK);
+	assert_int_equal(dvar_root_list_open(&l, dir), DVAR_OK);
 	assert_int_equal(dvar_root_list_count(l), 2);
 	assert_int_equal(dvar_root_list_get(l, 0, &e), DVAR_OK);
 	assert_string_equal(e.name, "ckpt-300");
@@ -125,33 +104,33 @@ static void test_format_root__latest_and_retention(void **state)
 	dvar_root_list_free(l);
 
 	/* The same step twice is refused; the existing one is untouched. */
-	assert_int_equal(save_step(f->root, 400, 2), DVAR_EEXISTS);
+	assert_int_equal(save_step(dir, 400, 2), DVAR_EEXISTS);
 	tu_assert_error_contains("ckpt-400' already exists");
-	check_step(f->root, 400);
+	check_step(dir, 400);
 }
 
 static void test_format_root__bad_pointer(void **state)
 {
-	fixture *f = *state;
-	assert_int_equal(save_step(f->root, 1, 0), DVAR_OK);
-	char *p = tu_path(f->root, "checkpoint");
+	const char *dir = *state;
+	assert_int_equal(save_step(dir, 1, 0), DVAR_OK);
+	char *p = tu_path(dir, "checkpoint");
 	FILE *fp = fopen(p, "w");
 	fputs("model_checkpoint_path: ckpt-1\n", fp);
 	fclose(fp);
 	dvar_reader *r;
-	assert_int_equal(dvar_reader_open(&r, f->root, NULL), DVAR_ECORRUPT);
+	assert_int_equal(dvar_reader_open(&r, dir, NULL), DVAR_ECORRUPT);
 	tu_assert_error_contains("line 1 is malformed");
 	fp = fopen(p, "w");
 	fputs("model_checkpoint_path: \"ckpt-9\"\n", fp);
 	fclose(fp);
-	assert_int_equal(dvar_reader_open(&r, f->root, NULL), DVAR_ENOTFOUND);
+	assert_int_equal(dvar_reader_open(&r, dir, NULL), DVAR_ENOTFOUND);
 	tu_assert_error_contains("its latest checkpoint 'ckpt-9' does not exist");
 	/* TensorFlow's own fields are accepted. */
 	fp = fopen(p, "w");
 	fputs("model_checkpoint_path: \"ckpt-1\"\nall_model_checkpoint_paths: \"ckpt-1\"\n"
 	      "all_model_checkpoint_timestamps: 1700000000.5\nlast_preserved_timestamp: 1.0\n", fp);
 	fclose(fp);
-	check_step(f->root, 1);
+	check_step(dir, 1);
 	free(p);
 }
 
@@ -198,7 +177,7 @@ static void crash_at(const char *root, const char *point, int n, int64_t expect_
 
 static void test_format_root__crash_during_save(void **state)
 {
-	fixture *f = *state;
+	const char *dir = *state;
 	static const struct {
 		const char *point;
 		int n;
@@ -211,7 +190,7 @@ static void test_format_root__crash_during_save(void **state)
 	for (size_t i = 0; i < sizeof(points) / sizeof(points[0]); i++) {
 		char name[64];
 		snprintf(name, sizeof(name), "root%zu", i);
-		char *root = tu_path(f->root, name);
+		char *root = tu_path(dir, name);
 		assert_int_equal(save_step(root, 1, 1), DVAR_OK);
 		crash_at(root, points[i].point, points[i].n, points[i].latest);
 		free(root);
@@ -221,9 +200,9 @@ static void test_format_root__crash_during_save(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(test_format_root__latest_and_retention, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_format_root__bad_pointer, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_format_root__crash_during_save, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_format_root__latest_and_retention, tu_setup_dir, tu_teardown_dir),
+		cmocka_unit_test_setup_teardown(test_format_root__bad_pointer, tu_setup_dir, tu_teardown_dir),
+		cmocka_unit_test_setup_teardown(test_format_root__crash_during_save, tu_setup_dir, tu_teardown_dir),
 	};
 	return cmocka_run_group_tests_name("format/root", tests, NULL, NULL);
 }

@@ -18,27 +18,6 @@ static const int all_dtypes[] = { DVAR_BOOL, DVAR_INT8, DVAR_INT16, DVAR_INT32, 
                                   DVAR_BFLOAT16, DVAR_FLOAT32, DVAR_FLOAT64 };
 #define NUM_DTYPES (sizeof(all_dtypes) / sizeof(all_dtypes[0]))
 
-typedef struct {
-	char *dir;
-} fixture;
-
-static int setup(void **state)
-{
-	fixture *f = calloc(1, sizeof(*f));
-	f->dir = tu_mkdtemp();
-	*state = f;
-	return 0;
-}
-
-static int teardown(void **state)
-{
-	fixture *f = *state;
-	tu_rmtree(f->dir);
-	free(f->dir);
-	free(f);
-	return 0;
-}
-
 static dvar_write_options opts_for(dvar_compress c, uint64_t chunk)
 {
 	dvar_write_options o = DVAR_WRITE_OPTIONS_INIT;
@@ -108,8 +87,8 @@ static void check_read(dvar_reader *r, size_t vi, const unsigned char *full, con
 
 static void test_format_roundtrip__every_dtype_and_rank(void **state)
 {
-	fixture *f = *state;
-	char *path = tu_path(f->dir, "ck");
+	const char *dir = *state;
+	char *path = tu_path(dir, "ck");
 	dvar_write_options o = opts_for(DVAR_COMPRESS_AUTO, 4096);
 	dvar_writer *w;
 	assert_int_equal(dvar_writer_open(&w, path, &o), DVAR_OK);
@@ -169,9 +148,9 @@ static void test_format_roundtrip__every_dtype_and_rank(void **state)
 }
 
 /* A large variable saved in uneven row slices, with raw or lz4 chunks. */
-static void sliced_roundtrip(fixture *f, dvar_compress compress, int sparse)
+static void sliced_roundtrip(const char *dir, dvar_compress compress, int sparse)
 {
-	char *path = tu_path(f->dir, "sliced");
+	char *path = tu_path(dir, "sliced");
 	const int64_t dims[3] = { 97, 13, 24 };
 	dvar_shape shape;
 	dvar_shape_init(&shape, 3, dims);
@@ -256,8 +235,8 @@ static void test_format_roundtrip__sliced_auto_sparse(void **state)
 /* A partial read of a raw variable reads the blocks it needs, not the chunks. */
 static void test_format_roundtrip__partial_read_bytes(void **state)
 {
-	fixture *f = *state;
-	char *path = tu_path(f->dir, "partial");
+	const char *dir = *state;
+	char *path = tu_path(dir, "partial");
 	const int64_t dims[2] = { 4096, 256 }; /* 4 MiB of float32, one chunk */
 	dvar_shape shape;
 	dvar_shape_init(&shape, 2, dims);
@@ -284,8 +263,8 @@ static void test_format_roundtrip__partial_read_bytes(void **state)
 
 static void test_format_roundtrip__bad_arguments(void **state)
 {
-	fixture *f = *state;
-	char *path = tu_path(f->dir, "args");
+	const char *dir = *state;
+	char *path = tu_path(dir, "args");
 	dvar_writer *w;
 	dvar_write_options o = opts_for(DVAR_COMPRESS_AUTO, 1000);
 	assert_int_equal(dvar_writer_open(&w, path, &o), DVAR_EINVAL);
@@ -342,12 +321,12 @@ static void test_format_roundtrip__bad_arguments(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(test_format_roundtrip__every_dtype_and_rank, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_format_roundtrip__sliced_raw, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_format_roundtrip__sliced_lz4, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_format_roundtrip__sliced_auto_sparse, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_format_roundtrip__partial_read_bytes, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_format_roundtrip__bad_arguments, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_format_roundtrip__every_dtype_and_rank, tu_setup_dir, tu_teardown_dir),
+		cmocka_unit_test_setup_teardown(test_format_roundtrip__sliced_raw, tu_setup_dir, tu_teardown_dir),
+		cmocka_unit_test_setup_teardown(test_format_roundtrip__sliced_lz4, tu_setup_dir, tu_teardown_dir),
+		cmocka_unit_test_setup_teardown(test_format_roundtrip__sliced_auto_sparse, tu_setup_dir, tu_teardown_dir),
+		cmocka_unit_test_setup_teardown(test_format_roundtrip__partial_read_bytes, tu_setup_dir, tu_teardown_dir),
+		cmocka_unit_test_setup_teardown(test_format_roundtrip__bad_arguments, tu_setup_dir, tu_teardown_dir),
 	};
 	return cmocka_run_group_tests_name("format/roundtrip", tests, NULL, NULL);
 }
