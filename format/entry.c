@@ -296,7 +296,7 @@ int dvar_slice_entry_decode(dvar_slice_entry *out, const void *p, size_t n, cons
 		return rc;
 	out->file = (uint32_t)v;
 	if ((rc = get_bounded(&r, INT64_MAX, &out->raw_bytes, "byte count")) ||
-	    (rc = get_bounded(&r, INT64_MAX, &out->chunk_size, "chunk size")) ||
+	    (rc = get_bounded(&r, DVAR_MAX_CHUNK, &out->chunk_size, "chunk size")) ||
 	    (rc = get_varint(&r, &v)))
 		return rc;
 	uint64_t want = out->chunk_size ? (out->raw_bytes + out->chunk_size - 1) / out->chunk_size : 0;

@@ -21,6 +21,7 @@ DVAR_BEGIN_DECL
 #define DVAR_ALIGN 4096u          /* every chunk starts at a multiple of this */
 #define DVAR_BLOCK_SIZE 65536u    /* checksum block of raw chunks */
 #define DVAR_MAX_NAME 1024
+#define DVAR_MAX_CHUNK (1u << 30)   /* lz4 sizes are ints */
 #define DVAR_INDEX_NAME "index"
 #define DVAR_POINTER_NAME "checkpoint"
 

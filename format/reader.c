@@ -192,6 +192,13 @@ static int check_var(const dvar_reader *r, const dvar_var_entry *v)
 
 static int attach_slices(dvar_reader *r, scan_state *st)
 {
+	/* Declared counts must match the entries present before anything is allocated for them. */
+	uint64_t declared = 0;
+	for (size_t i = 0; i < r->num_vars; i++)
+		declared += r->vars[i].num_slices;
+	if (declared != st->num_slices)
+		return dvar_error_set(DVAR_ECORRUPT, "index lists %llu slices in its variable entries but "
+		                      "holds %zu slice entries", (unsigned long long)declared, st->num_slices);
 	for (size_t i = 0; i < r->num_vars; i++) {
 		dvar_var_entry *v = &r->vars[i];
 		size_t n = v->num_slices;

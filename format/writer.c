@@ -122,9 +122,9 @@ static int check_options(dvar_write_options *o, const dvar_write_options *in)
 		                      o->version, DVAR_WRITE_OPTIONS_VERSION);
 	if (!o->chunk_size)
 		o->chunk_size = DVAR_DEFAULT_CHUNK_SIZE;
-	if (o->chunk_size % DVAR_ALIGN || o->chunk_size > (1u << 30))
+	if (o->chunk_size % DVAR_ALIGN || o->chunk_size > DVAR_MAX_CHUNK)
 		return dvar_error_set(DVAR_EINVAL, "chunk size %llu must be a multiple of %u from %u to %u",
-		                      (unsigned long long)o->chunk_size, DVAR_ALIGN, DVAR_ALIGN, 1u << 30);
+		                      (unsigned long long)o->chunk_size, DVAR_ALIGN, DVAR_ALIGN, DVAR_MAX_CHUNK);
 	if (o->compress != DVAR_COMPRESS_AUTO && o->compress != DVAR_COMPRESS_NONE &&
 	    o->compress != DVAR_COMPRESS_LZ4)
 		return dvar_error_set(DVAR_EINVAL, "unknown compression mode %d", (int)o->compress);

@@ -243,6 +243,32 @@ static void test_format_corrupt__newer_version(void **state)
 	tu_assert_error_contains("checkpoint format version 7 needs a reader of version 5 or newer; this dvar reads version 1");
 }
 
+/* A variable entry that claims a million slices the index does not hold. */
+static void test_format_corrupt__slice_count_lie(void **state)
+{
+	fixture *f = *state;
+	unlink(f->index);
+	dvar_index_builder *b;
+	dvar_bytes h = { 0 }, k = { 0 }, v = { 0 };
+	uint64_t size = 0;
+	dvar_header hd = { 1, 1, 1, &size, DVAR_BLOCK_SIZE, 1 };
+	dvar_var_entry var = { 0 };
+	var.dtype = DVAR_FLOAT32;
+	var.num_slices = 1000000;
+	assert_int_equal(dvar_header_encode(&h, &hd), DVAR_OK);
+	assert_int_equal(dvar_key_var(&k, "liar"), DVAR_OK);
+	assert_int_equal(dvar_var_encode(&v, &var), DVAR_OK);
+	assert_int_equal(dvar_index_builder_open(&b, f->index), DVAR_OK);
+	assert_int_equal(dvar_index_builder_add(b, "", 0, h.data, h.len), DVAR_OK);
+	assert_int_equal(dvar_index_builder_add(b, k.data, k.len, v.data, v.len), DVAR_OK);
+	assert_int_equal(dvar_index_builder_finish(b), DVAR_OK);
+	dvar_index_builder_free(b);
+	free(h.data); free(k.data); free(v.data);
+	dvar_reader *r;
+	assert_int_equal(dvar_reader_open(&r, f->ck, NULL), DVAR_ECORRUPT);
+	tu_assert_error_contains("index lists 1000000 slices in its variable entries but holds 0 slice entries");
+}
+
 /* A slice entry whose chunk count is absurd must fail before any allocation. */
 static void test_format_corrupt__hostile_entry(void **state)
 {
@@ -251,6 +277,10 @@ static void test_format_corrupt__hostile_entry(void **state)
 	dvar_slice_entry se;
 	assert_int_equal(dvar_slice_entry_decode(&se, evil, sizeof(evil), "test"), DVAR_ECORRUPT);
 	tu_assert_error_contains("index entry test");
+	/* rank 1 [0,1), file 0, 4 bytes in chunks of 2^40 bytes. */
+	unsigned char big[] = { 1, 0, 1, 0, 4, 0x80, 0x80, 0x80, 0x80, 0x80, 0x20, 1 };
+	assert_int_equal(dvar_slice_entry_decode(&se, big, sizeof(big), "big"), DVAR_ECORRUPT);
+	tu_assert_error_contains("index entry big: chunk size 1099511627776 is out of range");
 }
 
 static void test_format_corrupt__not_a_checkpoint(void **state)
@@ -276,6 +306,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_format_corrupt__truncated_index, setup_raw, teardown),
 		cmocka_unit_test_setup_teardown(test_format_corrupt__flipped_index_byte, setup_raw, teardown),
 		cmocka_unit_test_setup_teardown(test_format_corrupt__newer_version, setup_raw, teardown),
+		cmocka_unit_test_setup_teardown(test_format_corrupt__slice_count_lie, setup_raw, teardown),
 		cmocka_unit_test_setup_teardown(test_format_corrupt__hostile_entry, setup_raw, teardown),
 		cmocka_unit_test_setup_teardown(test_format_corrupt__not_a_checkpoint, setup_raw, teardown),
 	};
