@@ -623,8 +623,6 @@ typedef struct {
 	/* for_each_box callbacks */
 	uint64_t need_lo, need_hi;
 	int any;
-	const unsigned char *src;
-	uint64_t src_flat;
 	const dvar_slice *src_slice;
 } read_ctx;
 
@@ -700,7 +698,6 @@ typedef struct {
 	read_ctx *ctx;
 	const unsigned char *buf;
 	uint64_t buf_flat; /* element of the saved slice at buf[0] */
-	const dvar_slice *saved;
 } copy_ctx;
 
 static int copy_box(void *ud, const dvar_slice *box, uint64_t flat)
@@ -732,7 +729,7 @@ static int run_task(void *vctx, size_t i)
 		if ((rc = load_chunk(ctx->r, s, t->chunk, t->lo, t->hi, sc->raw, sc, why))) {
 			chunk_error(ctx->r, ctx->v, s, t->chunk, rc, why);
 		} else {
-			copy_ctx cc = { ctx, sc->raw, (base + t->lo) / ctx->esize, &s->slice };
+			copy_ctx cc = { ctx, sc->raw, (base + t->lo) / ctx->esize };
 			rc = for_each_box(&s->slice, (base + t->lo) / ctx->esize, (base + t->hi) / ctx->esize,
 			                  copy_box, &cc);
 		}

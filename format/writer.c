@@ -113,6 +113,15 @@ static unsigned char *buffer_get(dvar_writer *w)
 
 /* ---------------------------------------------------------------- open */
 
+/* The directory holding path (malloc'ed; NULL on ENOMEM). */
+static char *parent_of(const char *path)
+{
+	const char *slash = strrchr(path, '/');
+	if (!slash)
+		return strdup(".");
+	return strndup(path, slash == path ? 1 : (size_t)(slash - path));
+}
+
 static int check_options(dvar_write_options *o, const dvar_write_options *in)
 {
 	dvar_write_options def = DVAR_WRITE_OPTIONS_INIT;
@@ -169,9 +178,8 @@ static int open_dir(dvar_writer **out, const char *dir, const dvar_write_options
 		goto fail;
 	}
 	/* The temporary directory is a hidden sibling, so the rename stays on one file system. */
+	char *parent = parent_of(w->final_dir);
 	const char *slash = strrchr(w->final_dir, '/');
-	char *parent = slash ? strndup(w->final_dir, slash == w->final_dir ? 1 : (size_t)(slash - w->final_dir))
-	                     : strdup(".");
 	const char *base = slash ? slash + 1 : w->final_dir;
 	static atomic_uint counter;
 	char tmpname[DVAR_MAX_NAME + 64];
@@ -244,7 +252,6 @@ int dvar_writer_open_step(dvar_writer **out, const char *root, int64_t step,
 
 typedef struct {
 	dvar_writer *w;
-	const char *name;
 	dvar_slice_entry *se;
 	const unsigned char *data;
 } add_ctx;
@@ -373,12 +380,11 @@ static int check_name(const char *name)
 	return DVAR_OK;
 }
 
-static int describe_slice(char *buf, size_t cap, const dvar_slice *s, const dvar_shape *full)
+static void describe_slice(char *buf, size_t cap, const dvar_slice *s, const dvar_shape *full)
 {
 	dvar_slice_format(s, full, buf, cap);
 	if (!*buf)
 		snprintf(buf, cap, "(scalar)");
-	return 0;
 }
 
 int dvar_writer_add(dvar_writer *w, const char *name, int dtype, const dvar_shape *full,
@@ -478,7 +484,7 @@ int dvar_writer_add(dvar_writer *w, const char *name, int dtype, const dvar_shap
 		se->chunks[i].first_block = (uint32_t)blk;
 		blk += dvar_chunk_num_blocks(se, i);
 	}
-	add_ctx ctx = { w, name, se, data };
+	add_ctx ctx = { w, se, data };
 	if ((rc = dvar_pool_for(w->pool, se->num_chunks, write_chunk, &ctx))) {
 		dvar_slice_entry_clear(se);
 		w->broken = 1;
@@ -584,9 +590,7 @@ static int commit(dvar_writer *w)
 	w->tmp_dir = NULL;
 	w->committed = 1;
 	DVAR_FAULT_POINT("renamed");
-	const char *slash = strrchr(w->final_dir, '/');
-	char *parent = slash ? strndup(w->final_dir, slash == w->final_dir ? 1 : (size_t)(slash - w->final_dir))
-	                     : strdup(".");
+	char *parent = parent_of(w->final_dir);
 	if (!parent)
 		return dvar_error_set(DVAR_ENOMEM, "out of memory");
 	rc = sync ? dvar_fs_fsync_path(parent) : DVAR_OK;

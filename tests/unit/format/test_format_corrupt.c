@@ -223,21 +223,30 @@ static void test_format_corrupt__flipped_index_byte(void **state)
 	tu_assert_error_contains("index");
 }
 
+/* Replace the index with a hand-made one: n entries, keys in sorted order. */
+static void write_index(const char *path, size_t n, dvar_bytes *keys, dvar_bytes *vals)
+{
+	dvar_index_builder *b;
+	unlink(path);
+	assert_int_equal(dvar_index_builder_open(&b, path), DVAR_OK);
+	for (size_t i = 0; i < n; i++) {
+		assert_int_equal(dvar_index_builder_add(b, keys[i].data, keys[i].len, vals[i].data, vals[i].len), DVAR_OK);
+		free(keys[i].data);
+		free(vals[i].data);
+	}
+	assert_int_equal(dvar_index_builder_finish(b), DVAR_OK);
+	dvar_index_builder_free(b);
+}
+
 /* An index written by a future version that old readers must refuse. */
 static void test_format_corrupt__newer_version(void **state)
 {
 	fixture *f = *state;
-	unlink(f->index);
-	dvar_index_builder *b;
-	dvar_bytes v = { 0 };
+	dvar_bytes k[1] = { { 0 } }, v[1] = { { 0 } };
 	uint64_t size = 0;
 	dvar_header h = { 7, 5, 1, &size, DVAR_BLOCK_SIZE, 0 };
-	assert_int_equal(dvar_header_encode(&v, &h), DVAR_OK);
-	assert_int_equal(dvar_index_builder_open(&b, f->index), DVAR_OK);
-	assert_int_equal(dvar_index_builder_add(b, "", 0, v.data, v.len), DVAR_OK);
-	assert_int_equal(dvar_index_builder_finish(b), DVAR_OK);
-	dvar_index_builder_free(b);
-	free(v.data);
+	assert_int_equal(dvar_header_encode(&v[0], &h), DVAR_OK);
+	write_index(f->index, 1, k, v);
 	dvar_reader *r;
 	assert_int_equal(dvar_reader_open(&r, f->ck, NULL), DVAR_EVERSION);
 	tu_assert_error_contains("checkpoint format version 7 needs a reader of version 5 or newer; this dvar reads version 1");
@@ -247,23 +256,16 @@ static void test_format_corrupt__newer_version(void **state)
 static void test_format_corrupt__slice_count_lie(void **state)
 {
 	fixture *f = *state;
-	unlink(f->index);
-	dvar_index_builder *b;
-	dvar_bytes h = { 0 }, k = { 0 }, v = { 0 };
+	dvar_bytes k[2] = { { 0 } }, v[2] = { { 0 } };
 	uint64_t size = 0;
-	dvar_header hd = { 1, 1, 1, &size, DVAR_BLOCK_SIZE, 1 };
+	dvar_header h = { 1, 1, 1, &size, DVAR_BLOCK_SIZE, 1 };
 	dvar_var_entry var = { 0 };
 	var.dtype = DVAR_FLOAT32;
 	var.num_slices = 1000000;
-	assert_int_equal(dvar_header_encode(&h, &hd), DVAR_OK);
-	assert_int_equal(dvar_key_var(&k, "liar"), DVAR_OK);
-	assert_int_equal(dvar_var_encode(&v, &var), DVAR_OK);
-	assert_int_equal(dvar_index_builder_open(&b, f->index), DVAR_OK);
-	assert_int_equal(dvar_index_builder_add(b, "", 0, h.data, h.len), DVAR_OK);
-	assert_int_equal(dvar_index_builder_add(b, k.data, k.len, v.data, v.len), DVAR_OK);
-	assert_int_equal(dvar_index_builder_finish(b), DVAR_OK);
-	dvar_index_builder_free(b);
-	free(h.data); free(k.data); free(v.data);
+	assert_int_equal(dvar_header_encode(&v[0], &h), DVAR_OK);
+	assert_int_equal(dvar_key_var(&k[1], "liar"), DVAR_OK);
+	assert_int_equal(dvar_var_encode(&v[1], &var), DVAR_OK);
+	write_index(f->index, 2, k, v);
 	dvar_reader *r;
 	assert_int_equal(dvar_reader_open(&r, f->ck, NULL), DVAR_ECORRUPT);
 	tu_assert_error_contains("index lists 1000000 slices in its variable entries but holds 0 slice entries");

@@ -5,9 +5,14 @@
  * and random hyperrectangles read back compared element by element with a
  * reference copy.
  */
+#include <dirent.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "testutil.h"
 #include "dvar/dvar.h"
@@ -318,6 +323,53 @@ static void test_format_roundtrip__bad_arguments(void **state)
 	free(path);
 }
 
+/* The save a full disk interrupts (here: a file-size limit, EFBIG) commits
+ * nothing and leaves nothing behind. In a child, which the limit binds. */
+static void test_format_roundtrip__write_error_commits_nothing(void **state)
+{
+	const char *dir = *state;
+	char *path = tu_path(dir, "full");
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		struct rlimit lim = { 1 << 20, 1 << 20 };
+		signal(SIGXFSZ, SIG_IGN);
+		setrlimit(RLIMIT_FSIZE, &lim);
+		size_t bytes = 4u << 20;
+		unsigned char *data = malloc(bytes);
+		tu_fill_random(data, bytes, 1);
+		const int64_t dims[1] = { (int64_t)bytes };
+		dvar_shape shape;
+		dvar_shape_init(&shape, 1, dims);
+		dvar_write_options o = opts_for(DVAR_COMPRESS_NONE, 65536);
+		dvar_writer *w;
+		int ok = dvar_writer_open(&w, path, &o) == DVAR_OK &&
+		         dvar_writer_add(w, "big", DVAR_UINT8, &shape, NULL, data) == DVAR_EIO &&
+		         strstr(dvar_error_last()->message, "variable 'big'") &&
+		         strstr(dvar_error_last()->message, "File too large") &&
+		         dvar_writer_add(w, "more", DVAR_UINT8, &shape, NULL, data) == DVAR_EINVAL &&
+		         dvar_writer_commit(w) == DVAR_EIO &&
+		         strstr(dvar_error_last()->message, "not committed: an earlier write failed");
+		if (!ok)
+			fprintf(stderr, "unexpected: %s\n", dvar_error_last()->message);
+		dvar_writer_free(w);
+		_exit(ok ? 0 : 1);
+	}
+	int status;
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	assert_false(dvar_fs_exists(path));
+	/* Not even the hidden temporary directory is left. */
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	int entries = 0;
+	while ((e = readdir(d)))
+		entries += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+	closedir(d);
+	assert_int_equal(entries, 0);
+	free(path);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -327,6 +379,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_format_roundtrip__sliced_auto_sparse, tu_setup_dir, tu_teardown_dir),
 		cmocka_unit_test_setup_teardown(test_format_roundtrip__partial_read_bytes, tu_setup_dir, tu_teardown_dir),
 		cmocka_unit_test_setup_teardown(test_format_roundtrip__bad_arguments, tu_setup_dir, tu_teardown_dir),
+		cmocka_unit_test_setup_teardown(test_format_roundtrip__write_error_commits_nothing, tu_setup_dir, tu_teardown_dir),
 	};
 	return cmocka_run_group_tests_name("format/roundtrip", tests, NULL, NULL);
 }
