@@ -9,5 +9,9 @@ int main(void)
 {
 	dvar_write_options w = DVAR_WRITE_OPTIONS_INIT;
 	dvar_read_options r = DVAR_READ_OPTIONS_INIT;
-	return (int)(w.version + r.version) - 2 + (dvar_version()[0] == '\0');
+	dvar_strategy_options so = DVAR_STRATEGY_OPTIONS_INIT;
+	dvar_variable_spec vs = DVAR_VARIABLE_SPEC_INIT;
+	int (*run)(dvar_strategy *, dvar_replica_fn, void *) = dvar_strategy_run;
+	return (int)(w.version + r.version + so.version + vs.version) - 4 +
+	       (dvar_version()[0] == '\0') + (run == NULL);
 }

@@ -7,5 +7,6 @@
 #include "common.h"
 #include "core.h"
 #include "format.h"
+#include "runtime.h"
 
 #endif

@@ -1,0 +1,87 @@
+/*
+ * runtime/runtime.h - private interfaces shared by the parts of runtime/:
+ * the elementwise kernels every collective and variable update uses, and
+ * the strategy hooks variables need. Not installed.
+ *
+ * Parts: strategy.c (replica threads, run, failure propagation, function
+ * scopes), comm.c (the cross-worker layer over MPI), collective.c
+ * (replica-context collectives), kernels.c, values.c (distributed values,
+ * cross-replica reduce/gather), variable.c (distributed variables).
+ */
+#ifndef DVAR_RUNTIME_PRIVATE_H
+#define DVAR_RUNTIME_PRIVATE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dvar/runtime.h"
+
+DVAR_BEGIN_DECL
+
+/* ---------------------------------------------------------------- kernels */
+
+/** Elementwise operators of the kernels. */
+typedef enum {
+	DVAR_KOP_ADD = 0,
+	DVAR_KOP_SUB = 1,
+	DVAR_KOP_MIN = 2,
+	DVAR_KOP_MAX = 3
+} dvar_kernel_op;
+
+/** 1 for float16, bfloat16, float32, float64 (TF's "floating"), else 0. */
+int dvar_kernel_is_floating(int dtype);
+
+/**
+ * DVAR_OK when the kernels can apply op to dtype: every numeric dtype, not
+ * bool. Otherwise DVAR_EINVAL with "<what>: <why>" set.
+ */
+int dvar_kernel_check(int dtype, dvar_kernel_op op, const char *what);
+
+/**
+ * dst[i] = srcs[0][i] op srcs[1][i] op ... op srcs[n-1][i], combined left to
+ * right (so the result depends only on the order of srcs). dst may alias any
+ * source. Integers wrap (two's complement, no UB); float16 and bfloat16 are
+ * computed in float32 and rounded to nearest-even after every step; MIN and
+ * MAX propagate NaN. n >= 1.
+ */
+void dvar_kernel_reduce(int dtype, dvar_kernel_op op, void *dst, const void *const *srcs, int n,
+                        size_t count);
+
+/** dst[i] = dst[i] op src[i] (src may equal dst). */
+void dvar_kernel_apply(int dtype, dvar_kernel_op op, void *dst, const void *src, size_t count);
+
+/**
+ * buf[i] = buf[i] / divisor for a MEAN: floating dtypes divide (float16 and
+ * bfloat16 through float32), integers truncate toward zero. divisor >= 1.
+ */
+void dvar_kernel_divide(int dtype, void *buf, size_t count, int64_t divisor);
+
+/* ---------------------------------------------------------------- strategy hooks */
+
+/**
+ * Record reason (TF's mark_as_unsaveable) on the open function scope, if
+ * any; a no-op outside a scope. Thread-safe: replica threads call it.
+ */
+void dvar_strategy__mark_unsaveable(dvar_strategy *s, const char *reason);
+
+/** The message TF's values_util.mark_as_unsaveable records, verbatim. */
+extern const char dvar_unsaveable_reason[];
+
+/* ---------------------------------------------------------------- variables */
+
+/**
+ * The share of total (count elements of dtype) that replica replica_id of
+ * num_replicas receives when a SUM value is spread over the replicas (an
+ * ON_READ SUM cross-replica assign, or restore). Floating dtypes: total / N
+ * as TF computes it, in the dtype itself (float16 and bfloat16 rounded once
+ * from float32). Integers: split exactly, floor division with the remainder
+ * r given one each to replicas 0..r-1, so the shares add up to total (TF
+ * truncates instead). part may equal total. DVAR_EINVAL for bool, an
+ * unknown dtype, or a replica_id outside [0, num_replicas).
+ */
+int dvar_variable__split_sum(int dtype, const void *total, void *part, size_t count, int replica_id,
+                             int num_replicas);
+
+DVAR_END_DECL
+
+#endif
