@@ -1,7 +1,7 @@
 /*
  * cli/cmd_inspect.c - `dvar inspect`: what a checkpoint's index says of each
- * variable (dtype, shape, saved slices, raw and stored bytes, chunks), as a
- * table or as one JSON document. Reads no data file.
+ * variable (dtype, shape, saved slices, raw and stored bytes, chunks,
+ * attributes), as a table or as one JSON document. Reads no data file.
  */
 #include <inttypes.h>
 #include <stdlib.h>
@@ -23,9 +23,11 @@ static const cli_usage usage = {
 	opts,
 	"Slices are in TensorFlow's slice text: one \"start,length\" or \"-\" (whole)\n"
 	"per dimension, separated by ':'. RATIO is raw bytes over stored bytes.\n"
+	"A variable's attributes follow its row, indented, as key=value (C escapes).\n"
 	"--json prints {\"schema_version\":1,\"path\",\"variables\":[{\"name\",\"dtype\",\n"
 	"\"shape\",\"slices\":[{\"start\",\"length\"}],\"raw_bytes\",\"stored_bytes\",\n"
-	"\"num_chunks\"}],\"raw_bytes\",\"stored_bytes\",\"num_chunks\"}.",
+	"\"num_chunks\",\"attributes\":{KEY:VALUE}}],\"raw_bytes\",\"stored_bytes\",\n"
+	"\"num_chunks\"}.",
 	NULL
 };
 
@@ -63,6 +65,47 @@ static int print_slices(dvar_reader *r, size_t i)
 	return rc;
 }
 
+/* s with backslashes, spaces and control bytes escaped C-style (and '=' in
+ * keys), so that each attribute is one key=value token on one line. */
+static void print_escaped(const char *s, int is_key)
+{
+	for (; *s; s++) {
+		unsigned char c = (unsigned char)*s;
+		if (c == '\\')
+			fputs("\\\\", stdout);
+		else if (c == '\n')
+			fputs("\\n", stdout);
+		else if (c == '\t')
+			fputs("\\t", stdout);
+		else if (c < 0x20 || c == 0x7f || c == ' ' || (is_key && c == '='))
+			printf("\\x%02x", c);
+		else
+			putchar(c);
+	}
+}
+
+/* Variable i's attributes on their own indented line, when it has any. */
+static int print_attrs(dvar_reader *r, size_t i)
+{
+	size_t n = dvar_reader_var_num_attrs(r, i);
+	const char *key, *value;
+	if (!n)
+		return DVAR_OK;
+	fputs("    ", stdout);
+	for (size_t k = 0; k < n; k++) {
+		int rc = dvar_reader_var_attr_at(r, i, k, &key, &value);
+		if (rc != DVAR_OK)
+			return rc;
+		if (k)
+			putchar(' ');
+		print_escaped(key, 1);
+		putchar('=');
+		print_escaped(value, 0);
+	}
+	putchar('\n');
+	return DVAR_OK;
+}
+
 static int print_json(dvar_reader *r)
 {
 	size_t n = dvar_reader_num_vars(r);
@@ -94,6 +137,14 @@ static int print_json(dvar_reader *r)
 		cli_json_u64(&j, "raw_bytes", v.raw_bytes);
 		cli_json_u64(&j, "stored_bytes", v.stored_bytes);
 		cli_json_u64(&j, "num_chunks", v.num_chunks);
+		cli_json_object(&j, "attributes");
+		for (size_t k = 0; k < dvar_reader_var_num_attrs(r, i); k++) {
+			const char *key, *value;
+			if (dvar_reader_var_attr_at(r, i, k, &key, &value) != DVAR_OK)
+				return cli_error_dvar("inspect");
+			cli_json_str(&j, key, value);
+		}
+		cli_json_end(&j);
 		cli_json_end(&j);
 		raw += v.raw_bytes;
 		stored += v.stored_bytes;
@@ -153,7 +204,8 @@ static int print_table(dvar_reader *r)
 		row *x = &rows[i];
 		printf("%-*s  %-*s  %-*s  %*s  %*s  %*s  %*s  ", w[0], names[i], w[1], x->dtype,
 		       w[2], x->shape, w[3], x->raw, w[4], x->stored, w[5], x->ratio, w[6], x->chunks);
-		rc = print_slices(r, i);
+		if ((rc = print_slices(r, i)) == DVAR_OK)
+			rc = print_attrs(r, i);
 	}
 	if (rc == DVAR_OK) {
 		cli_format_bytes(traw, sizeof(traw), raw);

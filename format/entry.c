@@ -3,6 +3,8 @@
  * (header, variable and slice entries) with LevelDB-style varints. Decoders
  * trust nothing: every count is bounded by the bytes left before anything
  * is allocated, so a corrupt index gives DVAR_ECORRUPT, never a crash.
+ * Also the part entries that the processes writing one checkpoint together
+ * hand to their chief, which get the same distrust.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -95,7 +97,14 @@ int dvar_var_encode(dvar_bytes *out, const dvar_var_entry *v)
 	if (!rc) rc = dvar_bytes_put_varint(out, v->num_slices);
 	if (!rc) rc = dvar_bytes_put_varint(out, v->raw_bytes);
 	if (!rc) rc = dvar_bytes_put_varint(out, v->stored_bytes);
-	if (!rc) rc = dvar_bytes_put_varint(out, 0); /* attributes: none in version 1 */
+	if (!rc) rc = dvar_bytes_put_varint(out, v->num_attrs);
+	for (size_t i = 0; !rc && i < v->num_attrs; i++) {
+		size_t kl = strlen(v->attrs[i].key), vl = strlen(v->attrs[i].value);
+		rc = dvar_bytes_put_varint(out, kl);
+		if (!rc) rc = dvar_bytes_put(out, v->attrs[i].key, kl);
+		if (!rc) rc = dvar_bytes_put_varint(out, vl);
+		if (!rc) rc = dvar_bytes_put(out, v->attrs[i].value, vl);
+	}
 	return rc;
 }
 
@@ -249,18 +258,110 @@ int dvar_var_decode(dvar_var_entry *out, const char *name, const void *p, size_t
 	out->num_slices = (size_t)v;
 	if ((rc = get_varint(&r, &out->raw_bytes)) || (rc = get_varint(&r, &out->stored_bytes)))
 		return rc;
-	if ((rc = get_varint(&r, &attrs)))
+	if ((rc = get_bounded(&r, DVAR_ATTRS_MAX, &attrs, "attribute count")))
 		return rc;
-	for (uint64_t i = 0; i < attrs * 2; i++) { /* key, value: skipped, reserved */
-		if ((rc = get_bounded(&r, (uint64_t)(r.end - r.p), &v, "attribute length")))
-			return rc;
-		r.p += v;
+	if (attrs && !(out->attrs = calloc((size_t)attrs, sizeof(dvar_attr))))
+		return dvar_error_set(DVAR_ENOMEM, "out of memory");
+	for (uint64_t i = 0; i < attrs; i++) {
+		dvar_attr *a = &out->attrs[i];
+		uint64_t kl, vl;
+		const unsigned char *k;
+		if ((rc = get_bounded(&r, (uint64_t)(r.end - r.p), &kl, "attribute key length")))
+			goto fail;
+		k = r.p;
+		r.p += kl;
+		if ((rc = get_bounded(&r, (uint64_t)(r.end - r.p), &vl, "attribute value length")))
+			goto fail;
+		if (dvar_attr_check((const char *)k, (size_t)kl, (const char *)r.p, (size_t)vl)) {
+			rc = dvar_error_set(DVAR_ECORRUPT, "index entry %s: attribute #%llu: %s", what,
+			                    (unsigned long long)i, dvar_error_last()->message);
+			goto fail;
+		}
+		if (!(a->key = strndup((const char *)k, (size_t)kl)) ||
+		    !(a->value = strndup((const char *)r.p, (size_t)vl))) {
+			out->num_attrs = (size_t)i + 1;
+			rc = dvar_error_set(DVAR_ENOMEM, "out of memory");
+			goto fail;
+		}
+		r.p += vl;
+		out->num_attrs = (size_t)i + 1;
+		/* Sorted and unique, so that equal attribute sets encode the same. */
+		if (i && strcmp(out->attrs[i - 1].key, a->key) >= 0) {
+			rc = dvar_error_set(DVAR_ECORRUPT, "index entry %s: attribute keys are not in "
+			                    "increasing order ('%s' after '%s')", what, a->key,
+			                    out->attrs[i - 1].key);
+			goto fail;
+		}
 	}
 	if ((rc = finished(&r)))
-		return rc;
-	if (!(out->name = strdup(name)))
-		return dvar_error_set(DVAR_ENOMEM, "out of memory");
+		goto fail;
+	if (!(out->name = strdup(name))) {
+		rc = dvar_error_set(DVAR_ENOMEM, "out of memory");
+		goto fail;
+	}
 	return DVAR_OK;
+fail:
+	dvar_var_entry_clear(out);
+	return rc;
+}
+
+/* ---------------------------------------------------------------- attributes */
+
+int dvar_attr_check(const char *key, size_t klen, const char *value, size_t vlen)
+{
+	if (klen == 0 || klen > DVAR_ATTR_KEY_MAX || memchr(key, 0, klen))
+		return dvar_error_set(DVAR_EINVAL, "attribute key must be 1 to %d bytes without NUL, "
+		                      "got %zu bytes", DVAR_ATTR_KEY_MAX, klen);
+	if (vlen > DVAR_ATTR_VALUE_MAX || (vlen && memchr(value, 0, vlen)))
+		return dvar_error_set(DVAR_EINVAL, "value of attribute '%.*s' must be 0 to %d bytes "
+		                      "without NUL, got %zu bytes", (int)klen, key, DVAR_ATTR_VALUE_MAX, vlen);
+	return DVAR_OK;
+}
+
+int dvar_var_set_attr(dvar_var_entry *v, const char *key, const char *value)
+{
+	int rc = dvar_attr_check(key, strlen(key), value, strlen(value));
+	if (rc)
+		return rc;
+	size_t i = 0;
+	while (i < v->num_attrs && strcmp(v->attrs[i].key, key) < 0)
+		i++;
+	char *val = strdup(value);
+	if (!val)
+		return dvar_error_set(DVAR_ENOMEM, "out of memory");
+	if (i < v->num_attrs && strcmp(v->attrs[i].key, key) == 0) {
+		free(v->attrs[i].value);
+		v->attrs[i].value = val;
+		return DVAR_OK;
+	}
+	if (v->num_attrs == DVAR_ATTRS_MAX) {
+		free(val);
+		return dvar_error_set(DVAR_EINVAL, "variable '%s' has %d attributes already, the most "
+		                      "allowed", v->name, DVAR_ATTRS_MAX);
+	}
+	char *k = strdup(key);
+	dvar_attr *grown = k ? realloc(v->attrs, (v->num_attrs + 1) * sizeof(dvar_attr)) : NULL;
+	if (!grown) {
+		free(k);
+		free(val);
+		return dvar_error_set(DVAR_ENOMEM, "out of memory");
+	}
+	v->attrs = grown;
+	memmove(&v->attrs[i + 1], &v->attrs[i], (v->num_attrs - i) * sizeof(dvar_attr));
+	v->attrs[i].key = k;
+	v->attrs[i].value = val;
+	v->num_attrs++;
+	return DVAR_OK;
+}
+
+int dvar_attrs_equal(const dvar_var_entry *a, const dvar_var_entry *b)
+{
+	if (a->num_attrs != b->num_attrs)
+		return 0;
+	for (size_t i = 0; i < a->num_attrs; i++)
+		if (strcmp(a->attrs[i].key, b->attrs[i].key) || strcmp(a->attrs[i].value, b->attrs[i].value))
+			return 0;
+	return 1;
 }
 
 uint64_t dvar_chunk_raw_len(const dvar_slice_entry *s, size_t i)
@@ -374,6 +475,11 @@ void dvar_var_entry_clear(dvar_var_entry *v)
 	for (size_t i = 0; v->slices && i < v->num_slices; i++)
 		dvar_slice_entry_clear(&v->slices[i]);
 	free(v->slices);
+	for (size_t i = 0; v->attrs && i < v->num_attrs; i++) {
+		free(v->attrs[i].key);
+		free(v->attrs[i].value);
+	}
+	free(v->attrs);
 	free(v->name);
 	memset(v, 0, sizeof(*v));
 }
@@ -381,4 +487,230 @@ void dvar_var_entry_clear(dvar_var_entry *v)
 void dvar_data_file_name(char *buf, size_t cap, uint32_t file, uint32_t num_files)
 {
 	snprintf(buf, cap, "data-%05u-of-%05u", file, num_files);
+}
+
+/* ---------------------------------------------------------------- checks */
+
+int dvar_var_check(const dvar_var_entry *v, uint32_t num_files, const char *what)
+{
+	uint64_t raw = 0, stored = 0;
+	size_t esize = dvar_dtype_size(v->dtype);
+	uint64_t dummy;
+	if (dvar_shape_num_bytes(&v->shape, v->dtype, &dummy))
+		return dvar_error_set(DVAR_ECORRUPT, "%s of variable '%s': %s", what, v->name,
+		                      dvar_error_last()->message);
+	for (size_t j = 0; j < v->num_slices; j++) {
+		const dvar_slice_entry *s = &v->slices[j];
+		uint64_t n;
+		if (s->slice.rank != v->shape.rank)
+			return dvar_error_set(DVAR_ECORRUPT, "%s of variable '%s' slice #%zu has rank %d, "
+			                      "the variable %d", what, v->name, j, s->slice.rank, v->shape.rank);
+		if (dvar_slice_check(&s->slice, &v->shape))
+			return dvar_error_set(DVAR_ECORRUPT, "%s of variable '%s' slice #%zu: %s",
+			                      what, v->name, j, dvar_error_last()->message);
+		dvar_slice_num_elements(&s->slice, &n);
+		if (n * esize != s->raw_bytes || s->file >= num_files)
+			return dvar_error_set(DVAR_ECORRUPT, "%s of variable '%s' slice #%zu: "
+			                      "%llu bytes in data file %u do not fit %llu %s elements in %u files",
+			                      what, v->name, j, (unsigned long long)s->raw_bytes, s->file,
+			                      (unsigned long long)n, dvar_dtype_name(v->dtype), num_files);
+		if (s->chunk_size % esize)
+			return dvar_error_set(DVAR_ECORRUPT, "%s of variable '%s' slice #%zu: chunk size "
+			                      "%llu is not a multiple of the element size", what, v->name, j,
+			                      (unsigned long long)s->chunk_size);
+		raw += s->raw_bytes;
+		for (size_t c = 0; c < s->num_chunks; c++)
+			stored += s->chunks[c].stored;
+		for (size_t k = 0; k < j; k++) {
+			dvar_slice x;
+			if (dvar_slice_intersect(&s->slice, &v->slices[k].slice, &x) == 1 &&
+			    dvar_slice_num_elements(&x, &n) == DVAR_OK && n)
+				return dvar_error_set(DVAR_ECORRUPT, "%s of variable '%s': saved slices "
+				                      "#%zu and #%zu overlap", what, v->name, k, j);
+		}
+	}
+	if (raw != v->raw_bytes || stored != v->stored_bytes)
+		return dvar_error_set(DVAR_ECORRUPT, "%s of variable '%s': byte counts do not "
+		                      "add up over its slices", what, v->name);
+	return DVAR_OK;
+}
+
+/* ---------------------------------------------------------------- parts */
+
+static int name_cmp(const void *a, const void *b)
+{
+	return strcmp((*(dvar_var_entry *const *)a)->name, (*(dvar_var_entry *const *)b)->name);
+}
+
+/* A length-prefixed piece: varint length, bytes. */
+static int put_piece(dvar_bytes *out, const dvar_bytes *piece)
+{
+	int rc = dvar_bytes_put_varint(out, piece->len);
+	return rc ? rc : dvar_bytes_put(out, piece->data, piece->len);
+}
+
+int dvar_part_encode(dvar_bytes *out, const dvar_part *p, dvar_var_entry *const *vars)
+{
+	dvar_var_entry **sorted = malloc((p->num_vars ? p->num_vars : 1) * sizeof(*sorted));
+	dvar_bytes e = { 0 };
+	size_t tlen = strlen(p->token);
+	int rc;
+	if (!sorted)
+		return dvar_error_set(DVAR_ENOMEM, "out of memory");
+	memcpy(sorted, vars, p->num_vars * sizeof(*sorted));
+	qsort(sorted, p->num_vars, sizeof(*sorted), name_cmp);
+	rc = dvar_bytes_put(out, DVAR_PART_MAGIC, 4);
+	if (!rc) rc = dvar_bytes_put_u32(out, DVAR_PART_VERSION);
+	if (!rc) rc = dvar_bytes_put_varint(out, p->part);
+	if (!rc) rc = dvar_bytes_put_varint(out, p->nparts);
+	if (!rc) rc = dvar_bytes_put_varint(out, tlen);
+	if (!rc) rc = dvar_bytes_put(out, p->token, tlen);
+	if (!rc) rc = dvar_bytes_put_varint(out, p->file_size);
+	if (!rc) rc = dvar_bytes_put_varint(out, p->num_vars);
+	for (size_t i = 0; !rc && i < p->num_vars; i++) {
+		const dvar_var_entry *v = sorted[i];
+		size_t nl = strlen(v->name);
+		rc = dvar_bytes_put_varint(out, nl);
+		if (!rc) rc = dvar_bytes_put(out, v->name, nl);
+		e.len = 0;
+		if (!rc) rc = dvar_var_encode(&e, v);
+		if (!rc) rc = put_piece(out, &e);
+		for (size_t j = 0; !rc && j < v->num_slices; j++) {
+			e.len = 0;
+			rc = dvar_slice_entry_encode(&e, &v->slices[j]);
+			if (!rc) rc = put_piece(out, &e);
+		}
+	}
+	if (!rc) rc = dvar_bytes_put_u32(out, dvar_crc32c(out->data, out->len));
+	free(e.data);
+	free(sorted);
+	return rc;
+}
+
+int dvar_part_decode(dvar_part *out, const void *p, size_t n)
+{
+	const unsigned char *b = p;
+	reader r = { NULL, NULL, "of part entries" };
+	char what[DVAR_MAX_NAME + 64];
+	uint64_t v, len;
+	uint32_t version = 0, crc, want;
+	int rc;
+	memset(out, 0, sizeof(*out));
+	if (!p || n < 12 || memcmp(p, DVAR_PART_MAGIC, 4) != 0)
+		return dvar_error_set(DVAR_ECORRUPT, "part entries of %zu bytes are not dvar part entries", n);
+	r.p = b + 4;
+	r.end = b + n - 4;
+	want = (uint32_t)b[n - 4] | (uint32_t)b[n - 3] << 8 | (uint32_t)b[n - 2] << 16 |
+	       (uint32_t)b[n - 1] << 24;
+	if ((crc = dvar_crc32c(p, n - 4)) != want)
+		return dvar_error_set(DVAR_ECORRUPT, "part entries are damaged: checksum %08x, computed %08x",
+		                      want, crc);
+	get_u32(&r, &version);
+	if (version != DVAR_PART_VERSION)
+		return dvar_error_set(DVAR_EVERSION, "part entries of version %u; this dvar reads version %u",
+		                      version, DVAR_PART_VERSION);
+	if ((rc = get_bounded(&r, DVAR_MAX_PARTS, &v, "part count")))
+		return rc;
+	out->part = (uint32_t)v;
+	if ((rc = get_bounded(&r, DVAR_MAX_PARTS, &v, "part count")))
+		return rc;
+	out->nparts = (uint32_t)v;
+	if (out->nparts == 0 || out->part >= out->nparts)
+		return dvar_error_set(DVAR_ECORRUPT, "part entries name part %u of %u", out->part, out->nparts);
+	if ((rc = get_bounded(&r, DVAR_MAX_TOKEN, &len, "token length")))
+		return rc;
+	if (len > DVAR_MAX_TOKEN || len > (uint64_t)(r.end - r.p))
+		return truncated(&r);
+	memcpy(out->token, r.p, (size_t)len);
+	out->token[len] = '\0';
+	r.p += len;
+	if (!len || strspn(out->token, DVAR_TOKEN_CHARS) != len)
+		return dvar_error_set(DVAR_ECORRUPT, "part %u entries: bad token", out->part);
+	if ((rc = get_bounded(&r, INT64_MAX, &out->file_size, "data file size")))
+		return rc;
+	if (out->file_size % DVAR_ALIGN)
+		return dvar_error_set(DVAR_ECORRUPT, "part %u entries: data file size %llu is not a multiple "
+		                      "of %u", out->part, (unsigned long long)out->file_size, DVAR_ALIGN);
+	/* Every variable takes at least 9 bytes: bound the count before allocating. */
+	if ((rc = get_varint(&r, &v)))
+		return rc;
+	if (v > (uint64_t)(r.end - r.p) / 9)
+		return truncated(&r);
+	if (v && !(out->vars = calloc((size_t)v, sizeof(dvar_var_entry))))
+		return dvar_error_set(DVAR_ENOMEM, "out of memory");
+	out->num_vars = (size_t)v;
+	snprintf(what, sizeof(what), "part %u entry", out->part);
+	for (size_t i = 0; i < out->num_vars; i++) {
+		dvar_var_entry *var = &out->vars[i];
+		char name[DVAR_MAX_NAME + 1];
+		if ((rc = get_bounded(&r, DVAR_MAX_NAME, &len, "name length")))
+			goto fail;
+		if (len == 0 || len > (uint64_t)(r.end - r.p) || memchr(r.p, 0, (size_t)len)) {
+			rc = dvar_error_set(DVAR_ECORRUPT, "part %u entries: variable #%zu has a bad name",
+			                    out->part, i);
+			goto fail;
+		}
+		memcpy(name, r.p, (size_t)len);
+		name[len] = '\0';
+		r.p += len;
+		if (i && strcmp(out->vars[i - 1].name, name) >= 0) {
+			rc = dvar_error_set(DVAR_ECORRUPT, "part %u entries: variable '%s' is out of order or "
+			                    "repeated", out->part, name);
+			goto fail;
+		}
+		if ((rc = get_bounded(&r, (uint64_t)(r.end - r.p), &len, "entry length")) ||
+		    (rc = dvar_var_decode(var, name, r.p, (size_t)len)))
+			goto fail;
+		r.p += len;
+		size_t ns = var->num_slices;
+		/* A slice entry takes at least 5 bytes, 6 with its length. */
+		if (ns > (size_t)(r.end - r.p) / 6) {
+			var->num_slices = 0;
+			rc = truncated(&r);
+			goto fail;
+		}
+		var->num_slices = 0; /* counts the slices decoded so far */
+		if (ns && !(var->slices = calloc(ns, sizeof(dvar_slice_entry)))) {
+			rc = dvar_error_set(DVAR_ENOMEM, "out of memory");
+			goto fail;
+		}
+		for (size_t j = 0; j < ns; j++) {
+			char swhat[DVAR_MAX_NAME + 96];
+			snprintf(swhat, sizeof(swhat), "of part %u variable '%s' slice #%zu", out->part, name, j);
+			if ((rc = get_bounded(&r, (uint64_t)(r.end - r.p), &len, "entry length")) ||
+			    (rc = dvar_slice_entry_decode(&var->slices[j], r.p, (size_t)len, swhat)))
+				goto fail;
+			r.p += len;
+			var->num_slices = j + 1;
+			const dvar_slice_entry *se = &var->slices[j];
+			if (se->file != out->part) {
+				rc = dvar_error_set(DVAR_ECORRUPT, "part %u entries: variable '%s' slice #%zu is in "
+				                    "data file %u", out->part, name, j, se->file);
+				goto fail;
+			}
+			for (size_t c = 0; c < se->num_chunks; c++)
+				if (se->chunks[c].offset + se->chunks[c].stored > out->file_size) {
+					rc = dvar_error_set(DVAR_ECORRUPT, "part %u entries: variable '%s' slice #%zu "
+					                    "chunk %zu lies beyond the data file's %llu bytes", out->part,
+					                    name, j, c, (unsigned long long)out->file_size);
+					goto fail;
+				}
+		}
+		if ((rc = dvar_var_check(var, out->nparts, what)))
+			goto fail;
+	}
+	if ((rc = finished(&r)))
+		goto fail;
+	return DVAR_OK;
+fail:
+	dvar_part_clear(out);
+	return rc;
+}
+
+void dvar_part_clear(dvar_part *p)
+{
+	for (size_t i = 0; p->vars && i < p->num_vars; i++)
+		dvar_var_entry_clear(&p->vars[i]);
+	free(p->vars);
+	memset(p, 0, sizeof(*p));
 }

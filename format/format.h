@@ -15,8 +15,8 @@
 
 DVAR_BEGIN_DECL
 
-#define DVAR_FORMAT_VERSION 1     /* what this code writes */
-#define DVAR_FORMAT_MIN_READER 1  /* the oldest reader that can read it */
+#define DVAR_FORMAT_VERSION 2     /* what this code writes (2: variable attributes) */
+#define DVAR_FORMAT_MIN_READER 1  /* the oldest reader that can read it (1 skips attributes) */
 #define DVAR_MAGIC "DVAR"
 #define DVAR_ALIGN 4096u          /* every chunk starts at a multiple of this */
 #define DVAR_BLOCK_SIZE 65536u    /* checksum block of raw chunks */
@@ -24,6 +24,11 @@ DVAR_BEGIN_DECL
 #define DVAR_MAX_CHUNK (1u << 30)   /* lz4 sizes are ints */
 #define DVAR_INDEX_NAME "index"
 #define DVAR_POINTER_NAME "checkpoint"
+#define DVAR_MAX_PARTS 99999      /* data file names have 5 digits */
+#define DVAR_MAX_TOKEN DVAR_TOKEN_MAX
+#define DVAR_TOKEN_CHARS "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-"
+#define DVAR_PART_MAGIC "DVPT"
+#define DVAR_PART_VERSION 1       /* the part entries' encoding */
 
 enum { DVAR_CODEC_RAW = 0, DVAR_CODEC_LZ4 = 1 };
 
@@ -48,6 +53,12 @@ typedef struct {
 	uint32_t *block_crcs;  /* per DVAR_BLOCK_SIZE block of each raw chunk */
 } dvar_slice_entry;
 
+/* One attribute of a variable: NUL-free strings, bounds in dvar/format.h. */
+typedef struct {
+	char *key;
+	char *value;
+} dvar_attr;
+
 /* One variable: the index's "v" entry plus its "s" entries. */
 typedef struct {
 	char *name;
@@ -57,6 +68,8 @@ typedef struct {
 	uint64_t stored_bytes;
 	size_t num_slices;
 	dvar_slice_entry *slices;
+	size_t num_attrs;
+	dvar_attr *attrs;      /* sorted by key (bytewise), keys unique */
 } dvar_var_entry;
 
 /* The header entry. */
@@ -98,6 +111,39 @@ int dvar_slice_entry_decode(dvar_slice_entry *out, const void *p, size_t n, cons
 void dvar_header_clear(dvar_header *h);
 void dvar_slice_entry_clear(dvar_slice_entry *s);
 void dvar_var_entry_clear(dvar_var_entry *v);
+
+/* DVAR_EINVAL unless key and value (lengths given) fit the attribute bounds. */
+int dvar_attr_check(const char *key, size_t klen, const char *value, size_t vlen);
+/* Set (or replace) key in v's sorted attributes. */
+int dvar_var_set_attr(dvar_var_entry *v, const char *key, const char *value);
+/* 1 when a and b hold the same attributes. */
+int dvar_attrs_equal(const dvar_var_entry *a, const dvar_var_entry *b);
+
+/*
+ * Every check that makes reads of v safe: slices inside the shape with the
+ * variable's rank, byte counts that add up, files below num_files, chunk
+ * sizes that hold whole elements, no overlapping slices. DVAR_ECORRUPT
+ * naming `what` ("index entry", "part 2 entry").
+ */
+int dvar_var_check(const dvar_var_entry *v, uint32_t num_files, const char *what);
+
+/*
+ * One part's entries (dvar_writer_finish_part): what one process wrote into
+ * its data file of a checkpoint written by several. FORMAT.md, "Part entries".
+ */
+typedef struct {
+	uint32_t part, nparts;
+	char token[DVAR_MAX_TOKEN + 1];
+	uint64_t file_size;
+	size_t num_vars;
+	dvar_var_entry *vars;  /* sorted by name, names unique */
+} dvar_part;
+
+/* Encode vars (any order; pointers borrowed) as part entries. */
+int dvar_part_encode(dvar_bytes *out, const dvar_part *p, dvar_var_entry *const *vars);
+/* Decode and check everything (dvar_var_check included); DVAR_ECORRUPT otherwise. */
+int dvar_part_decode(dvar_part *out, const void *p, size_t n);
+void dvar_part_clear(dvar_part *p);
 
 /* Raw length of chunk i of s, and the number of checksum blocks it has. */
 uint64_t dvar_chunk_raw_len(const dvar_slice_entry *s, size_t i);

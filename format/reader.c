@@ -148,48 +148,6 @@ static int find_index(const dvar_reader *r, const char *name, size_t *out)
 	return 0;
 }
 
-/* Every check that makes later reads safe: slices inside the shape, sizes
- * that add up, data files that exist in the header, no overlaps. */
-static int check_var(const dvar_reader *r, const dvar_var_entry *v)
-{
-	uint64_t raw = 0, stored = 0;
-	size_t esize = dvar_dtype_size(v->dtype);
-	uint64_t dummy;
-	if (dvar_shape_num_bytes(&v->shape, v->dtype, &dummy))
-		return dvar_error_prefix("index entry of variable '%s'", v->name);
-	for (size_t j = 0; j < v->num_slices; j++) {
-		const dvar_slice_entry *s = &v->slices[j];
-		uint64_t n;
-		if (dvar_slice_check(&s->slice, &v->shape))
-			return dvar_error_set(DVAR_ECORRUPT, "index entry of variable '%s' slice #%zu: %s",
-			                      v->name, j, dvar_error_last()->message);
-		dvar_slice_num_elements(&s->slice, &n);
-		if (n * esize != s->raw_bytes || s->file >= r->header.num_files)
-			return dvar_error_set(DVAR_ECORRUPT, "index entry of variable '%s' slice #%zu: "
-			                      "%llu bytes in data file %u do not fit %llu %s elements in %u files",
-			                      v->name, j, (unsigned long long)s->raw_bytes, s->file,
-			                      (unsigned long long)n, dvar_dtype_name(v->dtype), r->header.num_files);
-		if (s->chunk_size % esize)
-			return dvar_error_set(DVAR_ECORRUPT, "index entry of variable '%s' slice #%zu: chunk size "
-			                      "%llu is not a multiple of the element size", v->name, j,
-			                      (unsigned long long)s->chunk_size);
-		raw += s->raw_bytes;
-		for (size_t c = 0; c < s->num_chunks; c++)
-			stored += s->chunks[c].stored;
-		for (size_t k = 0; k < j; k++) {
-			dvar_slice x;
-			if (dvar_slice_intersect(&s->slice, &v->slices[k].slice, &x) == 1 &&
-			    dvar_slice_num_elements(&x, &n) == DVAR_OK && n)
-				return dvar_error_set(DVAR_ECORRUPT, "index entry of variable '%s': saved slices "
-				                      "#%zu and #%zu overlap", v->name, k, j);
-		}
-	}
-	if (raw != v->raw_bytes || stored != v->stored_bytes)
-		return dvar_error_set(DVAR_ECORRUPT, "index entry of variable '%s': byte counts do not "
-		                      "add up over its slices", v->name);
-	return DVAR_OK;
-}
-
 static int attach_slices(dvar_reader *r, scan_state *st)
 {
 	/* Declared counts must match the entries present before anything is allocated for them. */
@@ -231,7 +189,7 @@ static int attach_slices(dvar_reader *r, scan_state *st)
 				return dvar_error_set(DVAR_ECORRUPT, "index lacks slice #%zu of variable '%s'",
 				                      j, v->name);
 			}
-		int rc = check_var(r, v);
+		int rc = dvar_var_check(v, r->header.num_files, "index entry");
 		if (rc)
 			return rc;
 	}
@@ -397,6 +355,42 @@ int dvar_reader_var_slice(const dvar_reader *r, size_t i, size_t j, dvar_slice *
 uint64_t dvar_reader_bytes_read(const dvar_reader *r)
 {
 	return r ? atomic_load(&r->bytes_read) : 0;
+}
+
+size_t dvar_reader_var_num_attrs(const dvar_reader *r, size_t i)
+{
+	return r && i < r->num_vars ? r->vars[i].num_attrs : 0;
+}
+
+int dvar_reader_var_attr_at(const dvar_reader *r, size_t i, size_t k, const char **key,
+                            const char **value)
+{
+	int rc = check_var_index(r, i);
+	if (rc)
+		return rc;
+	if (k >= r->vars[i].num_attrs)
+		return dvar_error_set(DVAR_EINVAL, "variable '%s' has %zu attributes, not %zu",
+		                      r->vars[i].name, r->vars[i].num_attrs, k + 1);
+	if (key)
+		*key = r->vars[i].attrs[k].key;
+	if (value)
+		*value = r->vars[i].attrs[k].value;
+	return DVAR_OK;
+}
+
+int dvar_reader_var_attr(const dvar_reader *r, size_t i, const char *key, const char **value)
+{
+	int rc = check_var_index(r, i);
+	if (rc || !key)
+		return rc ? rc : dvar_error_set(DVAR_EINVAL, "NULL attribute key");
+	const dvar_var_entry *v = &r->vars[i];
+	for (size_t k = 0; k < v->num_attrs; k++)
+		if (strcmp(v->attrs[k].key, key) == 0) {
+			if (value)
+				*value = v->attrs[k].value;
+			return DVAR_OK;
+		}
+	return dvar_error_set(DVAR_ENOTFOUND, "variable '%s' has no attribute '%s'", v->name, key);
 }
 
 /* ---------------------------------------------------------------- chunks */

@@ -3,7 +3,18 @@
  * are sampled for lz4, checksummed and written at reserved, page-aligned
  * offsets in parallel on the thread pool; the index is written last, then
  * the temporary directory is fsynced and renamed into place.
+ *
+ * A checkpoint is written by one or more parts: each part (a process, or a
+ * writer within one) writes its own data file into a shared staging
+ * directory and encodes its entries; one part, the chief, decodes and checks
+ * everyone's entries, writes the index and commits. dvar_writer_open and
+ * dvar_writer_commit are the one-part case, whose staging directory is
+ * private to the writer (named by pid and a counter) and removed by
+ * dvar_writer_free when not committed. A shared staging directory belongs to
+ * no writer: it is renamed into place by the chief or removed by
+ * dvar_writer_abort_parts.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <lz4.h>
@@ -37,6 +48,9 @@ struct dvar_writer {
 	char *data_path;
 	char *root; /* dvar_writer_open_step only */
 	char *step_name;
+	uint32_t part, nparts;
+	char token[DVAR_MAX_TOKEN + 1];
+	int shared;    /* a part writer: the staging directory is not ours to remove */
 	dvar_write_options opts;
 	dvar_pool *pool;
 	int fd;        /* buffered */
@@ -47,6 +61,7 @@ struct dvar_writer {
 	pthread_t owner;
 	double last_progress;
 	int broken; /* an I/O error: only dvar_writer_free is left */
+	int finished; /* the data file is complete: no more adds */
 	int committed;
 
 	dvar_var_entry *vars;
@@ -142,8 +157,68 @@ static int check_options(dvar_write_options *o, const dvar_write_options *in)
 	return DVAR_OK;
 }
 
+static int check_token(const char *token)
+{
+	size_t n = token ? strlen(token) : 0;
+	if (n == 0 || n > DVAR_MAX_TOKEN || strspn(token, DVAR_TOKEN_CHARS) != n)
+		return dvar_error_set(DVAR_EINVAL, "save token '%s' must be 1 to %d characters of "
+		                      "[A-Za-z0-9_-]", token ? token : "(null)", DVAR_MAX_TOKEN);
+	return DVAR_OK;
+}
+
+/* dir without trailing slashes (malloc'ed), or an error. */
+static int normalize_dir(const char *dir, char **out)
+{
+	size_t len = strlen(dir);
+	while (len > 1 && dir[len - 1] == '/')
+		len--;
+	*out = NULL;
+	if (!len)
+		return dvar_error_set(DVAR_EINVAL, "empty checkpoint path");
+	if (!(*out = strndup(dir, len)))
+		return dvar_error_set(DVAR_ENOMEM, "out of memory");
+	return DVAR_OK;
+}
+
+/* The staging directory of final_dir for token: the hidden sibling
+ * ".<name>.tmp-<token>", so that the rename stays on one file system. */
+static int staging_path(const char *final_dir, const char *token, char **out)
+{
+	char *parent = parent_of(final_dir);
+	const char *slash = strrchr(final_dir, '/');
+	const char *base = slash ? slash + 1 : final_dir;
+	size_t cap = strlen(base) + strlen(token) + 8;
+	char *name = malloc(cap);
+	*out = NULL;
+	if (parent && name) {
+		snprintf(name, cap, ".%s.tmp-%s", base, token);
+		*out = dvar_path_join(parent, name);
+	}
+	free(parent);
+	free(name);
+	return *out ? DVAR_OK : dvar_error_set(DVAR_ENOMEM, "out of memory");
+}
+
+/* The step checkpoint's directory and name under root. */
+static int step_dir(const char *root, int64_t step, char *name, size_t cap, char **dir)
+{
+	*dir = NULL;
+	if (step < 0)
+		return dvar_error_set(DVAR_EINVAL, "step %lld is negative", (long long)step);
+	snprintf(name, cap, "ckpt-%lld", (long long)step);
+	if (!(*dir = dvar_path_join(root, name)))
+		return dvar_error_set(DVAR_ENOMEM, "out of memory");
+	return DVAR_OK;
+}
+
+/*
+ * Open part `part` of `nparts`. token NULL: a private staging directory
+ * (dvar_writer_open), created here and nowhere else; otherwise the shared
+ * one of that token, which every part creates if missing.
+ */
 static int open_dir(dvar_writer **out, const char *dir, const dvar_write_options *opts,
-                    const char *root, const char *step_name)
+                    const char *root, const char *step_name, const char *token,
+                    int part, int nparts)
 {
 	dvar_writer *w = calloc(1, sizeof(*w));
 	int rc = DVAR_OK;
@@ -154,6 +229,16 @@ static int open_dir(dvar_writer **out, const char *dir, const dvar_write_options
 	w->owner = pthread_self();
 	if ((rc = check_options(&w->opts, opts)))
 		goto fail;
+	if (nparts < 1 || nparts > DVAR_MAX_PARTS || part < 0 || part >= nparts) {
+		rc = dvar_error_set(DVAR_EINVAL, "part %d of %d: need 0 <= part < parts <= %d", part,
+		                    nparts, DVAR_MAX_PARTS);
+		goto fail;
+	}
+	w->part = (uint32_t)part;
+	w->nparts = (uint32_t)nparts;
+	w->shared = token != NULL;
+	if (token && (rc = check_token(token)))
+		goto fail;
 	if (!(w->buffers = dvar_stash_create())) {
 		rc = dvar_error_set(DVAR_ENOMEM, "out of memory");
 		goto fail;
@@ -161,15 +246,9 @@ static int open_dir(dvar_writer **out, const char *dir, const dvar_write_options
 	/* Room for a chunk compressed in the worst case, padded to the alignment. */
 	w->buffer_size = (size_t)LZ4_compressBound((int)w->opts.chunk_size) + DVAR_ALIGN;
 
-	size_t len = strlen(dir);
-	while (len > 1 && dir[len - 1] == '/')
-		len--;
-	if (!len) {
-		rc = dvar_error_set(DVAR_EINVAL, "empty checkpoint path");
+	if ((rc = normalize_dir(dir, &w->final_dir)))
 		goto fail;
-	}
-	if (!(w->final_dir = strndup(dir, len)) || (root && (!(w->root = strdup(root)) ||
-	                                                     !(w->step_name = strdup(step_name))))) {
+	if (root && (!(w->root = strdup(root)) || !(w->step_name = strdup(step_name)))) {
 		rc = dvar_error_set(DVAR_ENOMEM, "out of memory");
 		goto fail;
 	}
@@ -177,37 +256,42 @@ static int open_dir(dvar_writer **out, const char *dir, const dvar_write_options
 		rc = dvar_error_set(DVAR_EEXISTS, "checkpoint '%s' already exists", w->final_dir);
 		goto fail;
 	}
-	/* The temporary directory is a hidden sibling, so the rename stays on one file system. */
+	if (token) {
+		snprintf(w->token, sizeof(w->token), "%s", token);
+	} else {
+		static atomic_uint counter;
+		snprintf(w->token, sizeof(w->token), "%ld-%u", (long)getpid(), atomic_fetch_add(&counter, 1));
+	}
 	char *parent = parent_of(w->final_dir);
-	const char *slash = strrchr(w->final_dir, '/');
-	const char *base = slash ? slash + 1 : w->final_dir;
-	static atomic_uint counter;
-	char tmpname[DVAR_MAX_NAME + 64];
 	if (!parent) {
 		rc = dvar_error_set(DVAR_ENOMEM, "out of memory");
 		goto fail;
 	}
-	snprintf(tmpname, sizeof(tmpname), ".%s.tmp-%ld-%u", base, (long)getpid(), atomic_fetch_add(&counter, 1));
 	rc = dvar_fs_mkdirs(parent);
-	if (!rc && !(w->tmp_dir = dvar_path_join(parent, tmpname)))
-		rc = dvar_error_set(DVAR_ENOMEM, "out of memory");
 	free(parent);
-	if (rc)
+	char *staging = NULL;
+	if (rc || (rc = staging_path(w->final_dir, w->token, &staging)))
 		goto fail;
-	if (mkdir(w->tmp_dir, 0777) != 0) {
-		rc = dvar_error_set_errno(DVAR_EIO, errno, "create directory '%s'", w->tmp_dir);
-		free(w->tmp_dir);
-		w->tmp_dir = NULL;
+	/* Parts race to create the shared directory: whoever loses finds it there. */
+	if (mkdir(staging, 0777) != 0 && (!w->shared || errno != EEXIST || !dvar_fs_is_dir(staging))) {
+		rc = dvar_error_set_errno(DVAR_EIO, errno, "create directory '%s'", staging);
+		free(staging);
 		goto fail;
 	}
+	w->tmp_dir = staging;
 	char name[32];
-	dvar_data_file_name(name, sizeof(name), 0, 1);
+	dvar_data_file_name(name, sizeof(name), w->part, w->nparts);
 	if (!(w->data_path = dvar_path_join(w->tmp_dir, name))) {
 		rc = dvar_error_set(DVAR_ENOMEM, "out of memory");
 		goto fail;
 	}
 	if ((w->fd = open(w->data_path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666)) < 0) {
-		rc = dvar_error_set_errno(DVAR_EIO, errno, "create '%s'", w->data_path);
+		if (errno == EEXIST)
+			rc = dvar_error_set(DVAR_EEXISTS, "'%s' exists: part %u of this save was opened "
+			                    "already, or a failed save with token '%s' was not aborted",
+			                    w->data_path, w->part, w->token);
+		else
+			rc = dvar_error_set_errno(DVAR_EIO, errno, "create '%s'", w->data_path);
 		goto fail;
 	}
 	if (!(w->opts.flags & DVAR_WRITE_NO_DIRECT_IO))
@@ -226,7 +310,20 @@ int dvar_writer_open(dvar_writer **out, const char *dir, const dvar_write_option
 {
 	if (!out || !dir)
 		return dvar_error_set(DVAR_EINVAL, "dvar_writer_open: NULL argument");
-	return open_dir(out, dir, opts, NULL, NULL);
+	return open_dir(out, dir, opts, NULL, NULL, NULL, 0, 1);
+}
+
+static int open_step(dvar_writer **out, const char *root, int64_t step, const char *token,
+                     int part, int nparts, const dvar_write_options *opts)
+{
+	char name[32], *dir;
+	int rc = step_dir(root, step, name, sizeof(name), &dir);
+	if (!rc)
+		rc = dvar_fs_mkdirs(root);
+	if (!rc)
+		rc = open_dir(out, dir, opts, root, name, token, part, nparts);
+	free(dir);
+	return rc;
 }
 
 int dvar_writer_open_step(dvar_writer **out, const char *root, int64_t step,
@@ -234,16 +331,56 @@ int dvar_writer_open_step(dvar_writer **out, const char *root, int64_t step,
 {
 	if (!out || !root)
 		return dvar_error_set(DVAR_EINVAL, "dvar_writer_open_step: NULL argument");
-	if (step < 0)
-		return dvar_error_set(DVAR_EINVAL, "step %lld is negative", (long long)step);
-	char name[32];
-	snprintf(name, sizeof(name), "ckpt-%lld", (long long)step);
-	char *dir = dvar_path_join(root, name);
-	if (!dir)
-		return dvar_error_set(DVAR_ENOMEM, "out of memory");
-	int rc = dvar_fs_mkdirs(root);
+	return open_step(out, root, step, NULL, 0, 1, opts);
+}
+
+int dvar_writer_open_part(dvar_writer **out, const char *dir, const char *token, int part,
+                          int nparts, const dvar_write_options *opts)
+{
+	if (!out || !dir || !token)
+		return dvar_error_set(DVAR_EINVAL, "dvar_writer_open_part: NULL argument");
+	return open_dir(out, dir, opts, NULL, NULL, token, part, nparts);
+}
+
+int dvar_writer_open_step_part(dvar_writer **out, const char *root, int64_t step,
+                               const char *token, int part, int nparts,
+                               const dvar_write_options *opts)
+{
+	if (!out || !root || !token)
+		return dvar_error_set(DVAR_EINVAL, "dvar_writer_open_step_part: NULL argument");
+	return open_step(out, root, step, token, part, nparts, opts);
+}
+
+static int abort_dir(const char *dir, const char *token)
+{
+	char *final = NULL, *staging = NULL;
+	int rc = check_token(token);
 	if (!rc)
-		rc = open_dir(out, dir, opts, root, name);
+		rc = normalize_dir(dir, &final);
+	if (!rc)
+		rc = staging_path(final, token, &staging);
+	if (!rc)
+		rc = dvar_fs_rmtree(staging);
+	free(final);
+	free(staging);
+	return rc;
+}
+
+int dvar_writer_abort_parts(const char *dir, const char *token)
+{
+	if (!dir || !token)
+		return dvar_error_set(DVAR_EINVAL, "dvar_writer_abort_parts: NULL argument");
+	return abort_dir(dir, token);
+}
+
+int dvar_writer_abort_step_parts(const char *root, int64_t step, const char *token)
+{
+	if (!root || !token)
+		return dvar_error_set(DVAR_EINVAL, "dvar_writer_abort_step_parts: NULL argument");
+	char name[32], *dir;
+	int rc = step_dir(root, step, name, sizeof(name), &dir);
+	if (!rc)
+		rc = abort_dir(dir, token);
 	free(dir);
 	return rc;
 }
@@ -387,15 +524,23 @@ static void describe_slice(char *buf, size_t cap, const dvar_slice *s, const dva
 		snprintf(buf, cap, "(scalar)");
 }
 
+static int check_usable(const dvar_writer *w)
+{
+	if (w->broken || w->finished)
+		return dvar_error_set(DVAR_EINVAL, "writer for '%s' is %s", w->final_dir,
+		                      w->committed ? "already committed" :
+		                      w->broken ? "unusable after an earlier error" : "already finished");
+	return DVAR_OK;
+}
+
 int dvar_writer_add(dvar_writer *w, const char *name, int dtype, const dvar_shape *full,
                     const dvar_slice *slice, const void *data)
 {
 	int rc;
 	if (!w || !full)
 		return dvar_error_set(DVAR_EINVAL, "dvar_writer_add: NULL argument");
-	if (w->broken || w->committed)
-		return dvar_error_set(DVAR_EINVAL, "writer for '%s' is %s", w->final_dir,
-		                      w->committed ? "already committed" : "unusable after an earlier write error");
+	if ((rc = check_usable(w)))
+		return rc;
 	if ((rc = check_name(name)))
 		return rc;
 	if (!dvar_dtype_size(dtype))
@@ -468,6 +613,7 @@ int dvar_writer_add(dvar_writer *w, const char *name, int dtype, const dvar_shap
 	dvar_slice_entry *se = &v->slices[v->num_slices];
 	memset(se, 0, sizeof(*se));
 	se->slice = sl;
+	se->file = w->part;
 	se->raw_bytes = bytes;
 	se->chunk_size = w->opts.chunk_size;
 	se->num_chunks = (size_t)((bytes + se->chunk_size - 1) / se->chunk_size);
@@ -510,6 +656,22 @@ int dvar_writer_add(dvar_writer *w, const char *name, int dtype, const dvar_shap
 	return DVAR_OK;
 }
 
+int dvar_writer_set_attr(dvar_writer *w, const char *name, const char *key, const char *value)
+{
+	int rc;
+	if (!w || !name || !key || !value)
+		return dvar_error_set(DVAR_EINVAL, "dvar_writer_set_attr: NULL argument");
+	if ((rc = check_usable(w)))
+		return rc;
+	dvar_var_entry *v = find_var(w, name);
+	if (!v)
+		return dvar_error_set(DVAR_ENOTFOUND, "variable '%s' has not been added to '%s'; "
+		                      "add it before setting its attributes", name, w->final_dir);
+	if ((rc = dvar_var_set_attr(v, key, value)))
+		return dvar_error_prefix("variable '%s'", name);
+	return DVAR_OK;
+}
+
 /* ---------------------------------------------------------------- commit */
 
 typedef struct {
@@ -524,23 +686,24 @@ static int kv_cmp(const void *a, const void *b)
 	return c ? c : (x->key.len > y->key.len) - (x->key.len < y->key.len);
 }
 
-static int write_index(dvar_writer *w, const char *path)
+static int write_index(const char *path, const dvar_var_entry *vars, size_t num_vars,
+                       uint64_t *file_sizes, uint32_t num_files)
 {
 	size_t n = 1;
-	for (size_t i = 0; i < w->num_vars; i++)
-		n += 1 + w->vars[i].num_slices;
+	for (size_t i = 0; i < num_vars; i++)
+		n += 1 + vars[i].num_slices;
 	kv *kvs = calloc(n, sizeof(kv));
 	dvar_index_builder *b = NULL;
 	int rc = DVAR_OK;
 	if (!kvs)
 		return dvar_error_set(DVAR_ENOMEM, "out of memory");
 
-	uint64_t size = atomic_load(&w->next_offset);
-	dvar_header h = { DVAR_FORMAT_VERSION, DVAR_FORMAT_MIN_READER, 1, &size, DVAR_BLOCK_SIZE, w->num_vars };
+	dvar_header h = { DVAR_FORMAT_VERSION, DVAR_FORMAT_MIN_READER, num_files, file_sizes,
+	                  DVAR_BLOCK_SIZE, num_vars };
 	size_t k = 0;
 	rc = dvar_header_encode(&kvs[k++].val, &h);
-	for (size_t i = 0; !rc && i < w->num_vars; i++) {
-		const dvar_var_entry *v = &w->vars[i];
+	for (size_t i = 0; !rc && i < num_vars; i++) {
+		const dvar_var_entry *v = &vars[i];
 		rc = dvar_key_var(&kvs[k].key, v->name);
 		if (!rc) rc = dvar_var_encode(&kvs[k++].val, v);
 		for (size_t j = 0; !rc && j < v->num_slices; j++) {
@@ -567,36 +730,313 @@ done:
 	return rc;
 }
 
-static int commit(dvar_writer *w)
+static int finish(dvar_writer *w, dvar_bytes *entries)
 {
-	int rc;
-	int sync = !(w->opts.flags & DVAR_WRITE_NO_FSYNC);
-	if (sync && fsync(w->fd) != 0)
+	if (!(w->opts.flags & DVAR_WRITE_NO_FSYNC) && fsync(w->fd) != 0) {
+		w->broken = 1;
 		return dvar_error_set_errno(DVAR_EIO, errno, "fsync '%s'", w->data_path);
+	}
 	DVAR_FAULT_POINT("data-synced");
-	char *index = dvar_path_join(w->tmp_dir, DVAR_INDEX_NAME);
-	if (!index)
+	close(w->fd);
+	w->fd = -1;
+	if (w->fd_direct >= 0)
+		close(w->fd_direct);
+	w->fd_direct = -1;
+	w->finished = 1;
+	dvar_part p = { w->part, w->nparts, { 0 }, atomic_load(&w->next_offset), w->num_vars, NULL };
+	snprintf(p.token, sizeof(p.token), "%s", w->token);
+	dvar_var_entry **vars = malloc((w->num_vars ? w->num_vars : 1) * sizeof(*vars));
+	if (!vars) {
+		w->broken = 1;
 		return dvar_error_set(DVAR_ENOMEM, "out of memory");
-	rc = write_index(w, index);
-	free(index);
+	}
+	for (size_t i = 0; i < w->num_vars; i++)
+		vars[i] = &w->vars[i];
+	int rc = dvar_part_encode(entries, &p, vars);
+	free(vars);
 	if (rc)
+		w->broken = 1;
+	return rc;
+}
+
+int dvar_writer_finish_part(dvar_writer *w, void **entries, size_t *len)
+{
+	if (!w || !entries || !len)
+		return dvar_error_set(DVAR_EINVAL, "dvar_writer_finish_part: NULL argument");
+	*entries = NULL;
+	*len = 0;
+	int rc = check_usable(w);
+	dvar_bytes b = { 0 };
+	if (!rc && !(rc = finish(w, &b))) {
+		*entries = b.data;
+		*len = b.len;
+		return DVAR_OK;
+	}
+	free(b.data);
+	return dvar_error_prefix("part %u of '%s'", w->part, w->final_dir);
+}
+
+/* ------------------------------------------------------- gathering the parts */
+
+typedef struct {
+	dvar_var_entry *v;
+	uint32_t part;
+} var_ref;
+
+static int ref_cmp(const void *a, const void *b)
+{
+	const var_ref *x = a, *y = b;
+	int c = strcmp(x->v->name, y->v->name);
+	return c ? c : (x->part > y->part) - (x->part < y->part);
+}
+
+/*
+ * Every data file of the save is there with the size its part says, and the
+ * staging directory holds nothing else (a leftover of another save would
+ * otherwise be committed with this one).
+ */
+static int check_files(const dvar_writer *w, const dvar_part *parts)
+{
+	for (uint32_t f = 0; f < w->nparts; f++) {
+		char name[32];
+		struct stat st;
+		dvar_data_file_name(name, sizeof(name), f, w->nparts);
+		char *path = dvar_path_join(w->tmp_dir, name);
+		if (!path)
+			return dvar_error_set(DVAR_ENOMEM, "out of memory");
+		int e = stat(path, &st) == 0 ? 0 : errno;
+		int rc = DVAR_OK;
+		if (e)
+			rc = dvar_error_set_errno(e == ENOENT ? DVAR_ENOTFOUND : DVAR_EIO, e,
+			                          "data file '%s' of part %u", path, f);
+		else if ((uint64_t)st.st_size != parts[f].file_size)
+			rc = dvar_error_set(DVAR_ECORRUPT, "data file '%s' has %llu bytes; part %u wrote %llu",
+			                    path, (unsigned long long)st.st_size, f,
+			                    (unsigned long long)parts[f].file_size);
+		free(path);
+		if (rc)
+			return rc;
+	}
+	DIR *d = opendir(w->tmp_dir);
+	if (!d)
+		return dvar_error_set_errno(DVAR_EIO, errno, "open directory '%s'", w->tmp_dir);
+	struct dirent *e;
+	int rc = DVAR_OK;
+	while (!rc && (e = readdir(d))) {
+		unsigned f, of;
+		char tail;
+		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+			continue;
+		if (sscanf(e->d_name, "data-%5u-of-%5u%c", &f, &of, &tail) == 2 && of == w->nparts &&
+		    f < w->nparts && strlen(e->d_name) == 19)
+			continue;
+		rc = dvar_error_set(DVAR_EINVAL, "staging directory '%s' holds '%s', which no part of "
+		                    "this save wrote", w->tmp_dir, e->d_name);
+	}
+	closedir(d);
+	return rc;
+}
+
+/* Variable v of the merged index from refs[0..n): all parts that declare it. */
+static int merge_var(dvar_var_entry *out, const var_ref *refs, size_t n)
+{
+	const dvar_var_entry *first = refs[0].v;
+	size_t total = 0;
+	*out = *first; /* borrows name, attributes and slice contents from the parts */
+	out->slices = NULL;
+	out->num_slices = 0;
+	out->raw_bytes = out->stored_bytes = 0;
+	for (size_t k = 0; k < n; k++) {
+		const dvar_var_entry *v = refs[k].v;
+		if (v->dtype != first->dtype || !dvar_shape_equal(&v->shape, &first->shape)) {
+			char s1[128], s2[128];
+			dvar_shape_format(&first->shape, s1, sizeof(s1));
+			dvar_shape_format(&v->shape, s2, sizeof(s2));
+			return dvar_error_set(DVAR_ESHAPE, "variable '%s' is %s %s in part %u but %s %s in part %u",
+			                      v->name, dvar_dtype_name(first->dtype), s1, refs[0].part,
+			                      dvar_dtype_name(v->dtype), s2, refs[k].part);
+		}
+		if (!dvar_attrs_equal(v, first))
+			return dvar_error_set(DVAR_EINVAL, "variable '%s' has different attributes in parts "
+			                      "%u and %u", v->name, refs[0].part, refs[k].part);
+		total += v->num_slices;
+	}
+	if (total > UINT32_MAX)
+		return dvar_error_set(DVAR_EINVAL, "variable '%s' has %zu slices, more than the format "
+		                      "holds", first->name, total);
+	if (!(out->slices = malloc((total ? total : 1) * sizeof(dvar_slice_entry))))
+		return dvar_error_set(DVAR_ENOMEM, "out of memory");
+	/* Within a part slices were checked when added: only pairs across parts are left. */
+	for (size_t k = 0; k < n; k++) {
+		const dvar_var_entry *v = refs[k].v;
+		for (size_t j = 0; j < v->num_slices; j++) {
+			const dvar_slice_entry *s = &v->slices[j];
+			for (size_t m = 0; m < out->num_slices; m++) {
+				const dvar_slice_entry *o = &out->slices[m];
+				dvar_slice x;
+				uint64_t cnt = 0;
+				if (o->file != s->file && dvar_slice_intersect(&o->slice, &s->slice, &x) == 1 &&
+				    dvar_slice_num_elements(&x, &cnt) == DVAR_OK && cnt) {
+					char a[256], b[256];
+					describe_slice(a, sizeof(a), &s->slice, &v->shape);
+					describe_slice(b, sizeof(b), &o->slice, &v->shape);
+					return dvar_error_set(DVAR_ESHAPE, "variable '%s': slice %s of part %u overlaps "
+					                      "slice %s of part %u", v->name, a, s->file, b, o->file);
+				}
+			}
+			out->slices[out->num_slices++] = *s;
+		}
+		out->raw_bytes += v->raw_bytes;
+		out->stored_bytes += v->stored_bytes;
+	}
+	return DVAR_OK;
+}
+
+/* The merged variables in name order; each one's slices array is owned, the rest borrowed. */
+static int merge_parts(dvar_part *parts, uint32_t nparts, dvar_var_entry **out, size_t *num)
+{
+	size_t n = 0, k = 0, m = 0;
+	int rc = DVAR_OK;
+	*out = NULL;
+	*num = 0;
+	for (uint32_t p = 0; p < nparts; p++)
+		n += parts[p].num_vars;
+	var_ref *refs = malloc((n ? n : 1) * sizeof(var_ref));
+	dvar_var_entry *vars = calloc(n ? n : 1, sizeof(dvar_var_entry));
+	if (!refs || !vars) {
+		free(refs);
+		free(vars);
+		return dvar_error_set(DVAR_ENOMEM, "out of memory");
+	}
+	for (uint32_t p = 0; p < nparts; p++)
+		for (size_t i = 0; i < parts[p].num_vars; i++)
+			refs[k++] = (var_ref){ &parts[p].vars[i], p };
+	qsort(refs, n, sizeof(var_ref), ref_cmp);
+	for (size_t a = 0, b; !rc && a < n; a = b) {
+		for (b = a + 1; b < n && strcmp(refs[b].v->name, refs[a].v->name) == 0; b++)
+			;
+		rc = merge_var(&vars[m], refs + a, b - a);
+		m++;
+	}
+	free(refs);
+	if (rc) {
+		for (size_t i = 0; i < m; i++)
+			free(vars[i].slices);
+		free(vars);
 		return rc;
+	}
+	*out = vars;
+	*num = m;
+	return DVAR_OK;
+}
+
+/* Decode all entries and check that they are exactly this save's parts. */
+static int decode_parts(const dvar_writer *w, const void *const *blobs, const size_t *lens, int n,
+                        dvar_part *parts)
+{
+	dvar_part p;
+	int rc;
+	for (int i = 0; i < n; i++) {
+		if ((rc = dvar_part_decode(&p, blobs[i], blobs[i] ? lens[i] : 0)))
+			return dvar_error_prefix("part entries #%d", i);
+		if (p.nparts != w->nparts || strcmp(p.token, w->token) != 0) {
+			rc = dvar_error_set(DVAR_EINVAL, "part entries #%d belong to another save (part %u of "
+			                    "%u, token '%s'); this save has %u parts, token '%s'", i, p.part,
+			                    p.nparts, p.token, w->nparts, w->token);
+			dvar_part_clear(&p);
+			return rc;
+		}
+		if (parts[p.part].nparts) {
+			rc = dvar_error_set(DVAR_EINVAL, "part %u is given twice (part entries #%d)", p.part, i);
+			dvar_part_clear(&p);
+			return rc;
+		}
+		parts[p.part] = p;
+	}
+	for (uint32_t f = 0; f < w->nparts; f++)
+		if (!parts[f].nparts)
+			return dvar_error_set(DVAR_EINVAL, "part %u of %u is missing (%d part entries given)",
+			                      f, w->nparts, n);
+	return DVAR_OK;
+}
+
+static int commit_parts(dvar_writer *w, const void *const *blobs, const size_t *lens, int n)
+{
+	int sync = !(w->opts.flags & DVAR_WRITE_NO_FSYNC);
+	dvar_part *parts = calloc(w->nparts, sizeof(dvar_part));
+	uint64_t *sizes = calloc(w->nparts, sizeof(uint64_t));
+	dvar_var_entry *vars = NULL;
+	size_t num_vars = 0;
+	char *index = NULL;
+	int rc;
+	if (!parts || !sizes) {
+		rc = dvar_error_set(DVAR_ENOMEM, "out of memory");
+		goto done;
+	}
+	if (n < 0) {
+		rc = dvar_error_set(DVAR_EINVAL, "%d part entries given for a save of %u parts", n, w->nparts);
+		goto done;
+	}
+	if ((rc = decode_parts(w, blobs, lens, n, parts)) || (rc = check_files(w, parts)) ||
+	    (rc = merge_parts(parts, w->nparts, &vars, &num_vars)))
+		goto done;
+	for (uint32_t f = 0; f < w->nparts; f++)
+		sizes[f] = parts[f].file_size;
+	if (!(index = dvar_path_join(w->tmp_dir, DVAR_INDEX_NAME))) {
+		rc = dvar_error_set(DVAR_ENOMEM, "out of memory");
+		goto done;
+	}
+	if ((rc = write_index(index, vars, num_vars, sizes, w->nparts)))
+		goto done;
 	DVAR_FAULT_POINT("index-written");
 	if (sync && (rc = dvar_fs_fsync_path(w->tmp_dir)))
-		return rc;
-	if ((rc = dvar_fs_rename_noreplace(w->tmp_dir, w->final_dir)))
-		return dvar_error_prefix("commit");
+		goto done;
+	if ((rc = dvar_fs_rename_noreplace(w->tmp_dir, w->final_dir))) {
+		dvar_error_prefix("commit");
+		goto done;
+	}
 	free(w->tmp_dir);
 	w->tmp_dir = NULL;
 	w->committed = 1;
 	DVAR_FAULT_POINT("renamed");
 	char *parent = parent_of(w->final_dir);
-	if (!parent)
-		return dvar_error_set(DVAR_ENOMEM, "out of memory");
+	if (!parent) {
+		rc = dvar_error_set(DVAR_ENOMEM, "out of memory");
+		goto done;
+	}
 	rc = sync ? dvar_fs_fsync_path(parent) : DVAR_OK;
 	free(parent);
 	if (!rc && w->root)
 		rc = dvar_root_publish(w->root, w->step_name, w->opts.keep_last);
+done:
+	for (size_t i = 0; i < num_vars; i++)
+		free(vars[i].slices);
+	free(vars);
+	for (uint32_t f = 0; parts && f < w->nparts; f++)
+		dvar_part_clear(&parts[f]);
+	free(parts);
+	free(sizes);
+	free(index);
+	return rc;
+}
+
+int dvar_writer_commit_parts(dvar_writer *w, const void *const *entries, const size_t *lens, int n)
+{
+	if (!w || (n > 0 && (!entries || !lens)))
+		return dvar_error_set(DVAR_EINVAL, "dvar_writer_commit_parts: NULL argument");
+	if (w->committed)
+		return dvar_error_set(DVAR_EINVAL, "checkpoint '%s' is already committed", w->final_dir);
+	if (w->broken)
+		return dvar_error_set(DVAR_EIO, "checkpoint '%s' not committed: an earlier step failed",
+		                      w->final_dir);
+	if (!w->finished)
+		return dvar_error_set(DVAR_EINVAL, "checkpoint '%s' not committed: part %u must call "
+		                      "dvar_writer_finish_part first", w->final_dir, w->part);
+	int rc = commit_parts(w, entries, lens, n);
+	if (rc && !w->committed) {
+		w->broken = 1;
+		dvar_error_prefix("checkpoint '%s' not committed", w->final_dir);
+	}
 	return rc;
 }
 
@@ -609,11 +1049,20 @@ int dvar_writer_commit(dvar_writer *w)
 	if (w->broken)
 		return dvar_error_set(DVAR_EIO, "checkpoint '%s' not committed: an earlier write failed",
 		                      w->final_dir);
-	int rc = commit(w);
-	if (rc && !w->committed) {
+	if (w->nparts != 1 || w->finished)
+		return dvar_error_set(DVAR_EINVAL, "checkpoint '%s': a part writer commits with "
+		                      "dvar_writer_finish_part and dvar_writer_commit_parts", w->final_dir);
+	/* One part: its own entries are all there are. */
+	dvar_bytes b = { 0 };
+	int rc = finish(w, &b);
+	if (rc) {
 		w->broken = 1;
-		dvar_error_prefix("checkpoint '%s' not committed", w->final_dir);
+		free(b.data);
+		return dvar_error_prefix("checkpoint '%s' not committed", w->final_dir);
 	}
+	const void *blob = b.data;
+	rc = dvar_writer_commit_parts(w, &blob, &b.len, 1);
+	free(b.data);
 	return rc;
 }
 
@@ -626,7 +1075,7 @@ void dvar_writer_free(dvar_writer *w)
 		close(w->fd);
 	if (w->fd_direct >= 0)
 		close(w->fd_direct);
-	if (w->tmp_dir) {
+	if (w->tmp_dir && !w->shared) {
 		/* Keep the caller's error: cleanup failures are secondary. */
 		dvar_error saved = *dvar_error_last();
 		char msg[DVAR_ERROR_MESSAGE_MAX];

@@ -7,6 +7,12 @@
  * and data files `data-0000w-of-0000W`. It is written into a temporary sibling
  * directory and renamed into place by dvar_writer_commit, so a reader never
  * sees a partial checkpoint.
+ *
+ * Several processes sharing a file system can write one checkpoint together:
+ * each opens a part writer (dvar_writer_open_part), writes its own data file
+ * and hands its entries (dvar_writer_finish_part) to one chief, which checks
+ * them all and commits (dvar_writer_commit_parts). The single-process calls
+ * are the one-part case of the same code.
  */
 #ifndef DVAR_FORMAT_H
 #define DVAR_FORMAT_H
@@ -93,8 +99,94 @@ DVAR_EXTERN(int) dvar_writer_add(dvar_writer *w, const char *name, int dtype,
  */
 DVAR_EXTERN(int) dvar_writer_commit(dvar_writer *w);
 
-/** Free the writer; an uncommitted checkpoint is discarded. NULL is a no-op. */
+/**
+ * Free the writer. NULL is a no-op. A writer from dvar_writer_open or
+ * dvar_writer_open_step discards its uncommitted checkpoint; a part writer
+ * leaves the shared staging directory alone (dvar_writer_abort_parts
+ * removes it).
+ */
 DVAR_EXTERN(void) dvar_writer_free(dvar_writer *w);
+
+/* Attributes: string key/value pairs per variable ("kind" = "mirrored"). */
+#define DVAR_ATTR_KEY_MAX 64      /**< key bytes: 1..64, no NUL */
+#define DVAR_ATTR_VALUE_MAX 4096  /**< value bytes: 0..4096, no NUL */
+#define DVAR_ATTRS_MAX 64         /**< attributes per variable */
+
+/**
+ * Set an attribute of a variable this writer has added (at least one slice
+ * of it); setting a key again replaces its value. Attributes are kept in key
+ * order. In a checkpoint written by several parts, every part that adds the
+ * variable must set the same attributes (dvar_writer_commit_parts checks).
+ * @return DVAR_ENOTFOUND when name was not added by this writer; DVAR_EINVAL
+ *         for a key or value out of bounds or a 65th attribute.
+ */
+DVAR_EXTERN(int) dvar_writer_set_attr(dvar_writer *w, const char *name, const char *key,
+                                      const char *value);
+
+/* ------------------------------------------------------------ part writers */
+
+/** A token names one save: 1..64 characters of [A-Za-z0-9_-]. */
+#define DVAR_TOKEN_MAX 64
+
+/**
+ * Start writing part `part` of `nparts` of the checkpoint that will appear at
+ * dir. Every part writes its own data file `data-<part>-of-<nparts>` into one
+ * staging directory, the hidden sibling `.<name>.tmp-<token>` of dir, which
+ * the first part to get there creates. All parts of one save pass the same
+ * dir, token and nparts; the token (e.g. random hex agreed on by the
+ * processes) must be new for every save. Slices added are recorded with file
+ * id = part.
+ * @return DVAR_EEXISTS if dir exists, or if this part's data file does
+ *         (the part was opened twice, or a failed save with the same token
+ *         was not aborted).
+ */
+DVAR_EXTERN(int) dvar_writer_open_part(dvar_writer **out, const char *dir, const char *token,
+                                       int part, int nparts, const dvar_write_options *opts);
+
+/** Like dvar_writer_open_part for root/ckpt-<step> (see dvar_writer_open_step). */
+DVAR_EXTERN(int) dvar_writer_open_step_part(dvar_writer **out, const char *root, int64_t step,
+                                            const char *token, int part, int nparts,
+                                            const dvar_write_options *opts);
+
+/**
+ * Finish this part: flush and fsync its data file (unless
+ * DVAR_WRITE_NO_FSYNC) and return its entries: the variables and slices it
+ * wrote and its data file size, encoded as docs/FORMAT.md's "part entries".
+ * Afterwards only dvar_writer_commit_parts (on the chief) and
+ * dvar_writer_free are allowed.
+ * @param entries  a malloc'ed blob; the caller frees it with free()
+ */
+DVAR_EXTERN(int) dvar_writer_finish_part(dvar_writer *w, void **entries, size_t *len);
+
+/**
+ * Commit a checkpoint written by several parts, on one finished part (the
+ * chief), given the entries of all n = nparts parts (its own among them, in
+ * any order). Checks that every part is there exactly once and belongs to
+ * this save; that every part declaring a variable gives the same dtype, full
+ * shape and attributes; that no two slices of a variable overlap; that every
+ * data file is present with the size its part says. Then it writes the
+ * index, fsyncs, renames the staging directory into place (never replacing
+ * anything) and, under a root, publishes the pointer file and applies
+ * keep_last, as dvar_writer_commit does.
+ * @return DVAR_ECORRUPT for damaged entries or a data file of the wrong
+ *         size, DVAR_ENOTFOUND for a missing data file, DVAR_ESHAPE for
+ *         dtype/shape disagreements or overlaps, DVAR_EINVAL for missing,
+ *         duplicate or foreign parts and attribute disagreements. On failure
+ *         nothing is committed and the pointer file is unchanged; the staging
+ *         directory stays for dvar_writer_abort_parts.
+ */
+DVAR_EXTERN(int) dvar_writer_commit_parts(dvar_writer *w, const void *const *entries,
+                                          const size_t *lens, int n);
+
+/**
+ * Remove the staging directory of a failed save of dir with token. Any
+ * process may call it, any number of times; call it once no part writes any
+ * more. It never touches a committed checkpoint or the pointer file.
+ */
+DVAR_EXTERN(int) dvar_writer_abort_parts(const char *dir, const char *token);
+
+/** dvar_writer_abort_parts for root/ckpt-<step>. */
+DVAR_EXTERN(int) dvar_writer_abort_step_parts(const char *root, int64_t step, const char *token);
 
 /* ------------------------------------------------------------------ reader */
 
@@ -144,6 +236,20 @@ DVAR_EXTERN(int) dvar_reader_var(const dvar_reader *r, size_t i, dvar_var_info *
 
 /** Find a variable by name; DVAR_ENOTFOUND (naming it) when absent. */
 DVAR_EXTERN(int) dvar_reader_find(const dvar_reader *r, const char *name, size_t *out);
+
+/** Number of attributes of variable i (0 when i is out of range). */
+DVAR_EXTERN(size_t) dvar_reader_var_num_attrs(const dvar_reader *r, size_t i);
+
+/** Attribute k of variable i, in key order (strings borrowed from the reader). */
+DVAR_EXTERN(int) dvar_reader_var_attr_at(const dvar_reader *r, size_t i, size_t k,
+                                         const char **key, const char **value);
+
+/**
+ * The value of variable i's attribute key (borrowed from the reader).
+ * @return DVAR_ENOTFOUND when the variable has no such attribute
+ */
+DVAR_EXTERN(int) dvar_reader_var_attr(const dvar_reader *r, size_t i, const char *key,
+                                      const char **value);
 
 /** The j-th saved slice of variable i. */
 DVAR_EXTERN(int) dvar_reader_var_slice(const dvar_reader *r, size_t i, size_t j,

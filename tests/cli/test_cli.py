@@ -149,6 +149,46 @@ def lib_write(path, variables):
     lib.dvar_writer_free(w)
 
 
+def lib_write_parts(path, token, parts):
+    """Write a checkpoint through libdvar as several parts (one writer each, in
+    this process), committed by part 0: parts is a list, per part, of
+    (name, dtype code, full shape, (start, length) or None, raw bytes, attrs)."""
+    lib = ctypes.CDLL(LIB)
+    libc = ctypes.CDLL(None)
+    opts = WriteOptions(version=1, flags=2)  # DVAR_WRITE_NO_FSYNC
+
+    def check(rc):
+        if rc != 0:
+            raise RuntimeError("libdvar call failed: %d" % rc)
+
+    writers, blobs, lens = [], [], []
+    for p, variables in enumerate(parts):
+        w = ctypes.c_void_p()
+        check(lib.dvar_writer_open_part(ctypes.byref(w), path.encode(), token.encode(), p,
+                                        len(parts), ctypes.byref(opts)))
+        for name, dtype, full, part, data, attrs in variables:
+            shape = Shape(len(full), (ctypes.c_int64 * 8)(*full))
+            sl = None
+            if part is not None:
+                sl = ctypes.byref(Slice(len(full), (ctypes.c_int64 * 8)(*part[0]),
+                                        (ctypes.c_int64 * 8)(*part[1])))
+            check(lib.dvar_writer_add(w, name.encode(), dtype, ctypes.byref(shape), sl, data))
+            for key, value in attrs.items():
+                check(lib.dvar_writer_set_attr(w, name.encode(), key.encode(), value.encode()))
+        blob, size = ctypes.c_void_p(), ctypes.c_size_t()
+        check(lib.dvar_writer_finish_part(w, ctypes.byref(blob), ctypes.byref(size)))
+        writers.append(w)
+        blobs.append(blob.value)
+        lens.append(size.value)
+    n = len(parts)
+    check(lib.dvar_writer_commit_parts(writers[0], (ctypes.c_void_p * n)(*blobs),
+                                       (ctypes.c_size_t * n)(*lens), n))
+    for w in writers:
+        lib.dvar_writer_free(w)
+    for b in blobs:
+        libc.free(ctypes.c_void_p(b))
+
+
 def to_bfloat16(a):
     """bfloat16 bits of float32 values that bfloat16 holds exactly."""
     bits = np.asarray(a, dtype=np.float32).view(np.uint32)
@@ -687,6 +727,54 @@ class InspectTest(CliCase):
         doc = self.inspect_json(root)
         self.assertEqual(os.path.basename(doc["path"].rstrip("/")), "ckpt-20")
         self.assertEqual([v["name"] for v in doc["variables"]], ["v20"])
+
+    def test_parts_and_attributes(self):
+        if not LIB:
+            self.skipTest("needs --lib")
+        full = self.rng.standard_normal((6, 4)).astype(np.float32)
+        m = np.array([1.5, -2.0, 3.25])
+        note = np.array(42, np.int32)
+        sharded = {"kind": "sharded"}
+        mirrored = {"kind": "mirrored", "synchronization": "ON_WRITE", "aggregation": "NONE"}
+        ckpt = self.path("parts")
+        lib_write_parts(ckpt, "a1b2", [
+            [("v", DVAR_FLOAT32, (6, 4), ((0, 0), (4, 4)), full[0:4].tobytes(), sharded),
+             ("m", 2, (3,), None, m.tobytes(), mirrored)],
+            [("v", DVAR_FLOAT32, (6, 4), ((4, 0), (2, 4)), full[4:6].tobytes(), sharded),
+             ("note", 3, (), None, note.tobytes(), {"comment": "two words\nline"})],
+        ])
+        self.assertEqual([os.path.basename(f) for f in self.data_files(ckpt)],
+                         ["data-00000-of-00002", "data-00001-of-00002"])
+        self.assertFalse(glob.glob(self.path(".parts.tmp-*")))
+        doc = self.inspect_json(ckpt)
+        v = {x["name"]: x for x in doc["variables"]}
+        self.assertEqual(v["v"]["attributes"], sharded)
+        self.assertEqual(v["m"]["attributes"], mirrored)
+        self.assertEqual(list(v["m"]["attributes"]), ["aggregation", "kind", "synchronization"])
+        self.assertEqual(v["note"]["attributes"], {"comment": "two words\nline"})
+        self.assertEqual(sorted((s["start"], s["length"]) for s in v["v"]["slices"]),
+                         [([0, 0], [4, 4]), ([4, 0], [2, 4])])
+        out, err = self.dvar("inspect", ckpt)
+        self.assertEqual(err, "")
+        lines = out.splitlines()
+        self.assertEqual(lines[2].split()[0], "m")
+        self.assertEqual(lines[3], "    aggregation=NONE kind=mirrored synchronization=ON_WRITE")
+        self.assertEqual(lines[4].split()[0], "note")
+        self.assertEqual(lines[5], "    comment=two\\x20words\\nline")
+        self.assertEqual(lines[6].split()[0], "v")
+        self.assertEqual(lines[7], "    kind=sharded")
+        self.assertRegex(lines[8], r"^3 variables, ")
+        self.dvar("verify", ckpt)
+        self.assert_same_array(self.cat_npy(ckpt, "v"), full)
+        self.assert_same_array(self.cat_npy(ckpt, "v", "--slice", "3,2:-"), full[3:5])
+        self.assert_same_array(self.cat_npy(ckpt, "m"), m)
+        # Several data files diff like one.
+        single = self.path("single")
+        self.import_arrays(single, {"v": full, "m": m, "note": note})
+        out, _ = self.dvar("diff", ckpt, single)
+        self.assertTrue(out.startswith("identical: 3 variables"), out)
+        # Variables without attributes have an empty object.
+        self.assertEqual(self.inspect_json(single)["variables"][0]["attributes"], {})
 
     def test_missing_checkpoint(self):
         _, err = self.dvar("inspect", self.path("nope"), code=3)

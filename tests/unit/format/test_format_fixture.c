@@ -1,10 +1,11 @@
 /*
- * tests/unit/format/test_format_fixture.c - the committed checkpoint in
- * fixtures/v1 must always read back with these exact values, so that no
- * change can silently break reading old checkpoints.
+ * tests/unit/format/test_format_fixture.c - the committed checkpoints in
+ * fixtures/v1 and fixtures/v2 must always read back with these exact values,
+ * so that no change can silently break reading old checkpoints.
  *
- * `test_unit_format_fixture --write DIR` writes the fixture anew (only when
- * the format version changes; the old one stays and gets a sibling).
+ * `test_unit_format_fixture --write DIR` writes the v1 fixture's content
+ * anew, `--write-v2 DIR` the v2 one (two parts, with attributes); only when
+ * the format version changes, and the old ones stay.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +13,7 @@
 
 #include "testutil.h"
 #include "dvar/dvar.h"
+#include "format/format.h"
 
 /* float16 and bfloat16 bit patterns of 1, -2, 0.5, 65504 and 1, -2.5. */
 static const uint16_t half_bits[4] = { 0x3c00, 0xc000, 0x3800, 0x7bff };
@@ -24,19 +26,23 @@ static float emb_at(int r, int c) { return r % 2 ? 0.0f : (float)(r * 16 + c) + 
 static double mat_at(int i, int j) { return i * 4 + j + 0.25; }
 static float sharded_at(int r, int c) { return (float)(r * 3 + c) - 7.5f; }
 
-static int write_fixture(const char *dir)
+/*
+ * The fixture's variables. One writer (w1 NULL): as fixtures/v1. Two parts:
+ * as fixtures/v2, part 0 in w, part 1 in w1, with attributes.
+ */
+static int add_all(dvar_writer *w, dvar_writer *w1)
 {
-	dvar_write_options o = DVAR_WRITE_OPTIONS_INIT;
-	o.chunk_size = 4096;
-	o.compress = DVAR_COMPRESS_LZ4;
-	dvar_writer *w;
+	dvar_writer *second = w1 ? w1 : w;
 	dvar_shape s;
-	int rc = dvar_writer_open(&w, dir, &o);
-	if (rc)
-		return rc;
+	int rc = 0;
 	float scalar = 3.5f;
 	dvar_shape_init(&s, 0, NULL);
 	rc |= dvar_writer_add(w, "scalar_f32", DVAR_FLOAT32, &s, NULL, &scalar);
+	if (w1) {
+		rc |= dvar_writer_set_attr(w, "scalar_f32", "kind", "mirrored");
+		rc |= dvar_writer_set_attr(w, "scalar_f32", "synchronization", "ON_WRITE");
+		rc |= dvar_writer_set_attr(w, "scalar_f32", "aggregation", "NONE");
+	}
 	double mat[12];
 	for (int i = 0; i < 12; i++)
 		mat[i] = mat_at(i / 4, i % 4);
@@ -44,16 +50,21 @@ static int write_fixture(const char *dir)
 	rc |= dvar_writer_add(w, "matrix_f64", DVAR_FLOAT64, &s, NULL, mat);
 	dvar_shape_init(&s, 1, (int64_t[]){ 5 });
 	rc |= dvar_writer_add(w, "int_vec", DVAR_INT64, &s, NULL, ints);
+	if (w1) {
+		rc |= dvar_writer_set_attr(w, "int_vec", "kind", "sync_on_read");
+		rc |= dvar_writer_set_attr(w, "int_vec", "synchronization", "ON_READ");
+		rc |= dvar_writer_set_attr(w, "int_vec", "aggregation", "SUM");
+	}
 	dvar_shape_init(&s, 1, (int64_t[]){ 4 });
 	rc |= dvar_writer_add(w, "bool_vec", DVAR_BOOL, &s, NULL, bools);
-	rc |= dvar_writer_add(w, "half", DVAR_FLOAT16, &s, NULL, half_bits);
+	rc |= dvar_writer_add(second, "half", DVAR_FLOAT16, &s, NULL, half_bits);
 	dvar_shape_init(&s, 1, (int64_t[]){ 2 });
-	rc |= dvar_writer_add(w, "bf16", DVAR_BFLOAT16, &s, NULL, bf16_bits);
+	rc |= dvar_writer_add(second, "bf16", DVAR_BFLOAT16, &s, NULL, bf16_bits);
 	static float emb[256 * 16];
 	for (int i = 0; i < 256 * 16; i++)
 		emb[i] = emb_at(i / 16, i % 16);
 	dvar_shape_init(&s, 2, (int64_t[]){ 256, 16 });
-	rc |= dvar_writer_add(w, "emb", DVAR_FLOAT32, &s, NULL, emb);
+	rc |= dvar_writer_add(second, "emb", DVAR_FLOAT32, &s, NULL, emb);
 	float sh[30];
 	for (int i = 0; i < 30; i++)
 		sh[i] = sharded_at(i / 3, i % 3);
@@ -61,21 +72,53 @@ static int write_fixture(const char *dir)
 	const int rows[4] = { 0, 4, 7, 10 };
 	for (int p = 0; p < 3; p++) {
 		dvar_slice sl = { 2, { rows[p], 0 }, { rows[p + 1] - rows[p], 3 } };
-		rc |= dvar_writer_add(w, "sharded", DVAR_FLOAT32, &s, &sl, sh + rows[p] * 3);
+		rc |= dvar_writer_add(p ? second : w, "sharded", DVAR_FLOAT32, &s, &sl, sh + rows[p] * 3);
+	}
+	if (w1) {
+		rc |= dvar_writer_set_attr(w, "sharded", "kind", "sharded");
+		rc |= dvar_writer_set_attr(w1, "sharded", "kind", "sharded");
 	}
 	dvar_shape_init(&s, 2, (int64_t[]){ 0, 5 });
-	rc |= dvar_writer_add(w, "empty", DVAR_FLOAT32, &s, NULL, NULL);
-	if (!rc)
-		rc = dvar_writer_commit(w);
-	dvar_writer_free(w);
+	rc |= dvar_writer_add(second, "empty", DVAR_FLOAT32, &s, NULL, NULL);
 	return rc;
 }
 
-static char *fixture_path(void)
+static int write_fixture(const char *dir, int version)
+{
+	dvar_write_options o = DVAR_WRITE_OPTIONS_INIT;
+	o.chunk_size = 4096;
+	o.compress = DVAR_COMPRESS_LZ4;
+	dvar_writer *w = NULL, *w1 = NULL;
+	void *e0 = NULL, *e1 = NULL;
+	size_t n0 = 0, n1 = 0;
+	int rc;
+	if (version == 1) {
+		if (!(rc = dvar_writer_open(&w, dir, &o)) && !(rc = add_all(w, NULL)))
+			rc = dvar_writer_commit(w);
+	} else if (!(rc = dvar_writer_open_part(&w, dir, "fixture", 0, 2, &o)) &&
+	           !(rc = dvar_writer_open_part(&w1, dir, "fixture", 1, 2, &o)) &&
+	           !(rc = add_all(w, w1)) && !(rc = dvar_writer_finish_part(w1, &e1, &n1)) &&
+	           !(rc = dvar_writer_finish_part(w, &e0, &n0))) {
+		const void *entries[2] = { e1, e0 };
+		size_t lens[2] = { n1, n0 };
+		rc = dvar_writer_commit_parts(w, entries, lens, 2);
+	}
+	if (rc && version == 2)
+		dvar_writer_abort_parts(dir, "fixture");
+	dvar_writer_free(w);
+	dvar_writer_free(w1);
+	free(e0);
+	free(e1);
+	return rc;
+}
+
+static char *fixture_path(const char *name)
 {
 	const char *src = getenv("DVAR_SOURCE_DIR");
 	assert_non_null(src);
-	return tu_path(src, "fixtures/v1");
+	char *fixtures = tu_path(src, "fixtures"), *p = tu_path(fixtures, name);
+	free(fixtures);
+	return p;
 }
 
 static void read_var(dvar_reader *r, const char *name, const char *slice, void *out, size_t bytes)
@@ -89,13 +132,9 @@ static void read_var(dvar_reader *r, const char *name, const char *slice, void *
 		fail_msg("reading %s: %s", name, dvar_error_last()->message);
 }
 
-static void test_format_fixture__v1_values(void **state)
+/* Every value of the fixture's variables, as add_all wrote them. */
+static void check_values(dvar_reader *r)
 {
-	(void)state;
-	char *path = fixture_path();
-	dvar_reader *r;
-	if (dvar_reader_open(&r, path, NULL))
-		fail_msg("%s", dvar_error_last()->message);
 	assert_int_equal(dvar_reader_num_vars(r), 9);
 
 	float f;
@@ -149,14 +188,65 @@ static void test_format_fixture__v1_values(void **state)
 	uint64_t bad;
 	assert_int_equal(dvar_reader_verify(r, NULL, NULL, &bad), DVAR_OK);
 	assert_int_equal(bad, 0);
+}
+
+static void test_format_fixture__v1_values(void **state)
+{
+	(void)state;
+	char *path = fixture_path("v1");
+	dvar_reader *r;
+	if (dvar_reader_open(&r, path, NULL))
+		fail_msg("%s", dvar_error_last()->message);
+	check_values(r);
+	for (size_t i = 0; i < dvar_reader_num_vars(r); i++)
+		assert_int_equal(dvar_reader_var_num_attrs(r, i), 0);
+	dvar_reader_free(r);
+	free(path);
+}
+
+static void expect_attrs(dvar_reader *r, const char *name, const char *const *kv, size_t n)
+{
+	size_t i;
+	const char *k, *v;
+	assert_int_equal(dvar_reader_find(r, name, &i), DVAR_OK);
+	assert_int_equal(dvar_reader_var_num_attrs(r, i), n);
+	for (size_t a = 0; a < n; a++) {
+		assert_int_equal(dvar_reader_var_attr_at(r, i, a, &k, &v), DVAR_OK);
+		assert_string_equal(k, kv[2 * a]);
+		assert_string_equal(v, kv[2 * a + 1]);
+	}
+}
+
+/* Version 2: the same values from two data files, with attributes. */
+static void test_format_fixture__v2_values(void **state)
+{
+	(void)state;
+	char *path = fixture_path("v2");
+	dvar_reader *r;
+	if (dvar_reader_open(&r, path, NULL))
+		fail_msg("%s", dvar_error_last()->message);
+	check_values(r);
+	static const char *const mirrored[] = { "aggregation", "NONE", "kind", "mirrored",
+	                                        "synchronization", "ON_WRITE" };
+	static const char *const summed[] = { "aggregation", "SUM", "kind", "sync_on_read",
+	                                      "synchronization", "ON_READ" };
+	static const char *const sharded[] = { "kind", "sharded" };
+	expect_attrs(r, "scalar_f32", mirrored, 3);
+	expect_attrs(r, "int_vec", summed, 3);
+	expect_attrs(r, "sharded", sharded, 1);
+	expect_attrs(r, "emb", NULL, 0);
+	char *d0 = tu_path(path, "data-00000-of-00002"), *d1 = tu_path(path, "data-00001-of-00002");
+	assert_true(dvar_fs_exists(d0) && dvar_fs_exists(d1));
+	free(d0);
+	free(d1);
 	dvar_reader_free(r);
 	free(path);
 }
 
 int main(int argc, char **argv)
 {
-	if (argc == 3 && strcmp(argv[1], "--write") == 0) {
-		if (write_fixture(argv[2])) {
+	if (argc == 3 && (strcmp(argv[1], "--write") == 0 || strcmp(argv[1], "--write-v2") == 0)) {
+		if (write_fixture(argv[2], strcmp(argv[1], "--write") == 0 ? 1 : 2)) {
 			fprintf(stderr, "%s\n", dvar_error_last()->message);
 			return 1;
 		}
@@ -164,6 +254,7 @@ int main(int argc, char **argv)
 	}
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_format_fixture__v1_values),
+		cmocka_unit_test(test_format_fixture__v2_values),
 	};
 	return cmocka_run_group_tests_name("format/fixture", tests, NULL, NULL);
 }
