@@ -21,11 +21,13 @@
  *
  * All-reduce. One worker: replica r reduces segment r of the sources in
  * replica order and writes it to every destination. Several workers: the
- * data goes in chunks of chunk_bytes through two strategy-owned slots;
- * while the coordinator runs the ring all-reduce (comm.c) over chunk k,
- * the replicas reduce chunk k + 1 into the other slot and copy chunk k - 1
- * out. The order of every addition is fixed by the topology, so results are
- * the same bytes on every replica, worker and run.
+ * data goes in chunks of chunk_bytes; while the coordinator runs the ring
+ * all-reduce (comm.c) over chunk k, the replicas reduce chunk k + 1 and copy
+ * chunk k - 1 out. A chunk lives in local replica 0's destination when it
+ * lies in one buffer and there is no timeout (with R = 1 in place nothing is
+ * copied at all), else in one of two strategy-owned slots. The order of
+ * every addition is fixed by the topology, so results are the same bytes on
+ * every replica, worker and run.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -188,6 +190,16 @@ static void barrier(dvar_strategy *s)
 	pthread_mutex_unlock(&s->lock);
 }
 
+/* A lone replica whose all_reduce data the coordinator moves itself: with
+ * the chunks in its buffers there is nothing to run in parallel with the
+ * ring, and every hand-over between the threads costs a wake-up. With a
+ * timeout the chunks go through the slots, and the replica's copies overlap
+ * the ring. */
+static int coordinator_moves(const dvar_strategy *s)
+{
+	return s->R == 1 && s->timeout_ms == 0;
+}
+
 /* ---------------------------------------------------------------- deciding */
 
 void dvar_coll__fail_locked(dvar_strategy *s, int code, const char *message, int echo, int abort)
@@ -208,7 +220,9 @@ void dvar_coll__fail_locked(dvar_strategy *s, int code, const char *message, int
 	pthread_cond_broadcast(&s->coll_cv);
 }
 
-static void go_locked(dvar_strategy *s)
+/* wake = 0: the replicas have nothing to do before the coordinator's next
+ * broadcast of coll_cv, which lets them go too. */
+static void go_locked(dvar_strategy *s, int wake)
 {
 	s->coll_code = DVAR_OK;
 	s->coll_echo = 0;
@@ -218,7 +232,8 @@ static void go_locked(dvar_strategy *s)
 	s->dp_done = 0;
 	s->dp_code = DVAR_OK;
 	s->coll_gen++;
-	pthread_cond_broadcast(&s->coll_cv);
+	if (wake)
+		pthread_cond_broadcast(&s->coll_cv);
 }
 
 static int same_sig(const dvar_coll_sig *a, const dvar_coll_sig *b)
@@ -356,7 +371,7 @@ static void decide_local_locked(dvar_strategy *s)
 		if (plan_gather_locked(s, &a0->sig, &rows, 0, dst_min, who) != DVAR_OK)
 			return;
 	}
-	go_locked(s);
+	go_locked(s, 1);
 }
 
 void dvar_coll__make_record(dvar_strategy *s, dvar_ctl_record *rec)
@@ -618,6 +633,22 @@ static void all_reduce_local(dvar_replica *r, const dvar_coll_args *a)
 	}
 }
 
+/* Where chunk k (elements [lo, hi)) is reduced and exchanged: in local
+ * replica 0's destination when the chunk lies in one buffer, so that no
+ * copy goes through a slot (none at all for R = 1 in place), else in slot
+ * k % 2. Only slots with a timeout: the requests a timeout abandons may
+ * still use their buffers, which would be the application's by then. */
+static char *chunk_home(dvar_strategy *s, const dvar_coll_args *a, uint64_t k, uint64_t lo,
+                        uint64_t hi)
+{
+	size_t es = dvar_dtype_size(a->sig.dtype);
+	size_t i = find_buffer(a->offsets, a->n, lo);
+
+	if (s->timeout_ms > 0 || a->offsets[i + 1] < hi)
+		return s->slot[k % 2];
+	return (char *)s->args[0]->dst[i] + (size_t)(lo - a->offsets[i]) * es;
+}
+
 /* Several workers: the replicas' side of the chunk pipeline. */
 static void all_reduce_pipelined(dvar_replica *r, const dvar_coll_args *a)
 {
@@ -626,15 +657,20 @@ static void all_reduce_pipelined(dvar_replica *r, const dvar_coll_args *a)
 	uint64_t ce = s->chunk_bytes / es, total = a->sig.count, R = (uint64_t)s->R;
 	uint64_t nchunks = (total + ce - 1) / ce;
 
+	if (coordinator_moves(s)) {
+		wait_for(s, &s->dp_done, nchunks);
+		return;
+	}
 	for (uint64_t k = 0; k <= nchunks; k++) {
 		if (k < nchunks) {
 			uint64_t clo = k * ce, chi = clo + ce < total ? clo + ce : total, lo, hi;
+			char *home = chunk_home(s, a, k, clo, chi);
 
 			/* The slot's previous chunk (k - 2) must be out first. */
 			if (k >= 2 && wait_for(s, &s->dp_copied[k % 2], R * (k / 2)) != DVAR_OK)
 				return;
 			split(chi - clo, s->R, r->local, &lo, &hi);
-			reduce_into(s, a, clo + lo, clo + hi, (char *)s->slot[k % 2] + lo * es);
+			reduce_into(s, a, clo + lo, clo + hi, home + lo * es);
 			/* Counted per slot: a replica may reduce chunk 1 before another
 			 * has reduced chunk 0. */
 			pthread_mutex_lock(&s->lock);
@@ -649,7 +685,7 @@ static void all_reduce_pipelined(dvar_replica *r, const dvar_coll_args *a)
 			if (wait_for(s, &s->dp_done, k) != DVAR_OK)
 				return;
 			split(chi - clo, s->R, r->local, &lo, &hi);
-			part = (char *)s->slot[c % 2] + lo * es;
+			part = chunk_home(s, a, c, clo, chi) + lo * es;
 			if (a->sig.op == DVAR_REDUCE_MEAN && hi > lo)
 				dvar_kernel_divide(a->sig.dtype, part, (size_t)(hi - lo), s->N);
 			copy_out(s, a, clo + lo, clo + hi, part);
@@ -662,23 +698,35 @@ static void all_reduce_pipelined(dvar_replica *r, const dvar_coll_args *a)
 }
 
 /* The coordinator's side: the ring over each chunk once the replicas have
- * reduced it locally. */
+ * reduced it locally, or all of the data phase (coordinator_moves). */
 static void serve_all_reduce(dvar_strategy *s, const dvar_coll_sig *sig, const char *what)
 {
+	const dvar_coll_args *a = s->args[0];
 	size_t es = dvar_dtype_size(sig->dtype);
 	uint64_t ce = s->chunk_bytes / es, total = sig->count, R = (uint64_t)s->R;
 	uint64_t nchunks = (total + ce - 1) / ce;
+	int alone = coordinator_moves(s);
 
 	for (uint64_t k = 0; k < nchunks; k++) {
 		uint64_t clo = k * ce, chi = clo + ce < total ? clo + ce : total;
+		char *home = chunk_home(s, a, k, clo, chi);
 		int rc;
 
-		pthread_mutex_lock(&s->lock);
-		while (s->dp_reduced[k % 2] < R * (k / 2 + 1))
-			pthread_cond_wait(&s->coord_cv, &s->lock);
-		pthread_mutex_unlock(&s->lock);
-		rc = dvar_comm_ring_allreduce(s->comm, sig->dtype, kernel_op(sig->op), s->slot[k % 2],
+		if (alone) {
+			reduce_into(s, a, clo, chi, home);
+		} else {
+			pthread_mutex_lock(&s->lock);
+			while (s->dp_reduced[k % 2] < R * (k / 2 + 1))
+				pthread_cond_wait(&s->coord_cv, &s->lock);
+			pthread_mutex_unlock(&s->lock);
+		}
+		rc = dvar_comm_ring_allreduce(s->comm, sig->dtype, kernel_op(sig->op), home,
 		                              s->ring_tmp, (size_t)(chi - clo), what);
+		if (rc == DVAR_OK && alone) {
+			if (sig->op == DVAR_REDUCE_MEAN)
+				dvar_kernel_divide(sig->dtype, home, (size_t)(chi - clo), s->N);
+			copy_out(s, a, clo, chi, home);
+		}
 		pthread_mutex_lock(&s->lock);
 		if (rc != DVAR_OK) {
 			s->dp_code = rc;
@@ -1053,7 +1101,9 @@ void dvar_coll__serve(dvar_strategy *s, const dvar_ctl_record *recs)
 			return;
 		}
 	}
-	go_locked(s);
+	/* A replica whose all_reduce data the coordinator moves waits for the
+	 * first chunk: a wake-up now would only take a core from the coordinator. */
+	go_locked(s, !(sig.kind == DVAR_COLL_ALL_REDUCE && coordinator_moves(s) && sig.count > 0));
 	pthread_mutex_unlock(&s->lock);
 
 	switch (sig.kind) {

@@ -8,8 +8,10 @@
  * timeout_ms instead of hanging; polling backs off to short sleeps because
  * several workers and their replica threads often share few cores. A
  * timeout or an MPI error breaks the comm: the requests in flight cannot be
- * cancelled (collective ones) and may still complete, so the buffers they
- * use, all owned by the strategy, are abandoned rather than freed. Only the
+ * cancelled (collective ones, and sends) and may still complete, so the
+ * buffers they use are abandoned rather than freed. With a timeout they are
+ * all owned by the strategy; without one, the ring may run in a replica's
+ * buffer (collective.c), which only an MPI error can leave in use. Only the
  * strategy's coordinator thread calls in here.
  */
 #include <limits.h>

@@ -8,7 +8,8 @@
  * and one coordinator: the thread that calls dvar_strategy_run. Only the
  * coordinator calls MPI. Everything shared between the threads of a strategy
  * is guarded by strategy->lock, except the buffers a collective hands out
- * (each replica writes only its own segment of them).
+ * (each replica writes only its own segment of them, the coordinator only
+ * the chunks the replicas have handed over).
  */
 #ifndef DVAR_RUNTIME_ENGINE_H
 #define DVAR_RUNTIME_ENGINE_H
@@ -184,8 +185,9 @@ struct dvar_strategy {
 	int gather_valid;    /* gather_shape describes the current all_gather */
 	char coll_message[DVAR_ERROR_MESSAGE_MAX];
 	/* The data phase with the coordinator (W > 1). */
-	uint64_t dp_reduced[2]; /* local pieces ready for the coordinator, per slot */
-	uint64_t dp_copied[2];  /* pieces copied out of the slots, per slot */
+	/* Counted per chunk parity, k % 2: the slot chunk k may use. */
+	uint64_t dp_reduced[2]; /* local pieces ready for the coordinator */
+	uint64_t dp_copied[2];  /* pieces copied out */
 	uint64_t dp_done;    /* pieces the coordinator finished */
 	int dp_code;
 	char dp_message[DVAR_ERROR_MESSAGE_MAX];

@@ -59,7 +59,10 @@ typedef struct {
 	size_t chunk_bytes;
 	/** Milliseconds a worker waits for its peers at a collective before it
 	 *  fails with DVAR_ECOMM; 0 = wait as long as it takes. A timeout leaves
-	 *  the strategy broken: every later collective fails at once. */
+	 *  the strategy broken: every later collective fails at once. With a
+	 *  timeout, all-reduces across workers copy through the strategy's own
+	 *  buffers (a request a timeout abandons may still use them), which
+	 *  costs a copy in and out. */
 	int timeout_ms;
 } dvar_strategy_options;
 
