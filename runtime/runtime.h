@@ -56,6 +56,14 @@ void dvar_kernel_apply(int dtype, dvar_kernel_op op, void *dst, const void *src,
  */
 void dvar_kernel_divide(int dtype, void *buf, size_t count, int64_t divisor);
 
+/**
+ * Restore a saved value into v, in cross-replica context: what a
+ * cross-replica assign does (ON_WRITE: every component; ON_READ SUM: the
+ * exact split; other ON_READ: every component), without the unsaveable
+ * mark, as TF's restore ops do not mark. Not collective.
+ */
+int dvar_variable__restore(dvar_variable *v, const void *value);
+
 /* ---------------------------------------------------------------- strategy hooks */
 
 /**

@@ -663,6 +663,26 @@ static int assign_on_read_cross(dvar_variable *v, const void *value)
 	return DVAR_OK;
 }
 
+/* Cross-replica assign: ON_READ splits SUM over the replicas
+ * (on_read_assign_cross_replica); ON_WRITE sets every component. */
+static int assign_cross(dvar_variable *v, const void *value)
+{
+	if (v->sync == DVAR_SYNC_ON_READ)
+		return assign_on_read_cross(v, value);
+	for (int l = 0; l < v->replicas; l++)
+		apply_dense(v, v->comp[l], value, UPDATE_ASSIGN);
+	return DVAR_OK;
+}
+
+int dvar_variable__restore(dvar_variable *v, const void *value)
+{
+	if (!v)
+		return dvar_error_set(DVAR_EINVAL, "restore: variable is NULL");
+	if (!value && v->nbytes)
+		return dvar_error_set(DVAR_EINVAL, "restore of variable '%s': value is NULL", v->name);
+	return v->nbytes ? assign_cross(v, value) : DVAR_OK;
+}
+
 static int update_dense(dvar_variable *v, dvar_replica *ctx, const void *value, int kind)
 {
 	char what[DVAR_ERROR_MESSAGE_MAX];
@@ -692,8 +712,8 @@ static int update_dense(dvar_variable *v, dvar_replica *ctx, const void *value, 
 	if (v->nbytes == 0)
 		return DVAR_OK;
 	if (!ctx) {
-		if (v->sync == DVAR_SYNC_ON_READ && kind == UPDATE_ASSIGN)
-			return assign_on_read_cross(v, value);
+		if (kind == UPDATE_ASSIGN)
+			return assign_cross(v, value);
 		/* _update_cross_replica, and ON_READ assign_add/assign_sub without
 		 * SUM: the value goes to every component. */
 		for (int l = 0; l < v->replicas; l++)

@@ -8,5 +8,6 @@
 #include "core.h"
 #include "format.h"
 #include "runtime.h"
+#include "store.h"
 
 #endif

@@ -1,0 +1,226 @@
+/*
+ * store/restore.c - dvar_restore: every worker restores the same variables
+ * from one checkpoint, each into its own local replicas, whatever R and W
+ * the checkpoint was saved with.
+ *
+ * Three rounds, each ending in an agreement (exchange.c) so that every
+ * worker returns the same status:
+ *   A. the chief opens the checkpoint (a root resolves to its latest) and
+ *      tells the others which directory it is, so a save committing
+ *      meanwhile cannot make workers read different checkpoints;
+ *   B. every worker opens it and checks every name, dtype and shape before
+ *      anything changes;
+ *   C. every worker reads each value whole and assigns it.
+ * Assigning needs no collective: a cross-replica assign sets this worker's
+ * components only (ON_READ SUM taking this worker's share of the exact
+ * split), so the workers never wait for each other between agreements.
+ *
+ * Ownership: everything allocated here is freed before dvar_restore returns.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/core.h"
+#include "runtime/runtime.h"
+#include "store/store.h"
+
+#define NAME_MAX_BYTES 1024
+
+/* One thing to restore: a distributed variable or a plain tensor. */
+typedef struct {
+	const char *name;
+	int dtype;
+	dvar_shape shape;
+	size_t nbytes;
+	dvar_variable *v; /* NULL for a plain tensor */
+	void *data;       /* a plain tensor's destination */
+	size_t index;     /* in the reader */
+} target;
+
+static int check_tensor(target *t, const dvar_store_tensor *x, size_t i)
+{
+	uint64_t nbytes = 0;
+
+	if (!x->name || x->name[0] == '\0' || strnlen(x->name, NAME_MAX_BYTES + 1) > NAME_MAX_BYTES)
+		return dvar_error_set(DVAR_EINVAL, "tensor #%zu: a name of 1 to %d bytes is needed", i,
+		                      NAME_MAX_BYTES);
+	if (dvar_dtype_size(x->dtype) == 0)
+		return dvar_error_set(DVAR_EINVAL, "tensor '%s': unknown dtype %d", x->name, x->dtype);
+	if (dvar_shape_init(&t->shape, x->shape.rank, x->shape.dims) != DVAR_OK ||
+	    dvar_shape_num_bytes(&t->shape, x->dtype, &nbytes) != DVAR_OK)
+		return dvar_error_prefix("tensor '%s'", x->name);
+	if ((uint64_t)(size_t)nbytes != nbytes)
+		return dvar_error_set(DVAR_EINVAL, "tensor '%s': too large for this machine", x->name);
+	if (nbytes && !x->data)
+		return dvar_error_set(DVAR_EINVAL, "tensor '%s': data is NULL", x->name);
+	t->name = x->name;
+	t->dtype = x->dtype;
+	t->nbytes = (size_t)nbytes;
+	t->data = x->data;
+	return DVAR_OK;
+}
+
+/* The arguments, checked by this worker alone. */
+static int prepare(dvar_strategy *s, const char *path, dvar_variable *const *vars, size_t n,
+                   const dvar_restore_options *opts, target *targets)
+{
+	size_t nt = opts ? opts->num_tensors : 0;
+	int rc;
+
+	if (opts && opts->version != DVAR_RESTORE_OPTIONS_VERSION)
+		return dvar_error_set(DVAR_EINVAL, "restore options version %u, expected %u",
+		                      opts->version, DVAR_RESTORE_OPTIONS_VERSION);
+	if (!path || path[0] == '\0')
+		return dvar_error_set(DVAR_EINVAL, "no checkpoint path given");
+	if (n && !vars)
+		return dvar_error_set(DVAR_EINVAL, "%zu variables but vars is NULL", n);
+	if (nt && !opts->tensors)
+		return dvar_error_set(DVAR_EINVAL, "%zu tensors but tensors is NULL", nt);
+	if (!targets)
+		return dvar_error_set(DVAR_ENOMEM, "out of memory");
+	for (size_t i = 0; i < n; i++) {
+		dvar_variable *v = vars[i];
+
+		if (!v)
+			return dvar_error_set(DVAR_EINVAL, "variable #%zu is NULL", i);
+		if (dvar_variable_strategy(v) != s)
+			return dvar_error_set(DVAR_EINVAL, "variable '%s' belongs to another strategy",
+			                      dvar_variable_name(v));
+		targets[i].v = v;
+		targets[i].name = dvar_variable_name(v);
+		targets[i].dtype = dvar_variable_dtype(v);
+		targets[i].shape = *dvar_variable_shape(v);
+		targets[i].nbytes = dvar_variable_nbytes(v);
+	}
+	for (size_t i = 0; i < nt; i++)
+		if ((rc = check_tensor(&targets[n + i], &opts->tensors[i], i)) != DVAR_OK)
+			return rc;
+	return DVAR_OK;
+}
+
+/* Round B's check: every target is in the checkpoint, with its dtype and shape. */
+static int find_all(dvar_reader *r, target *targets, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		target *t = &targets[i];
+		dvar_var_info info;
+		char a[128], b[128];
+
+		if (dvar_reader_find(r, t->name, &t->index) != DVAR_OK)
+			return dvar_error_set(DVAR_ENOTFOUND, "'%s' is not in checkpoint '%s'", t->name,
+			                      dvar_reader_path(r));
+		if (dvar_reader_var(r, t->index, &info) != DVAR_OK)
+			return dvar_error_prefix("'%s' in checkpoint '%s'", t->name, dvar_reader_path(r));
+		if (info.dtype == t->dtype && dvar_shape_equal(&info.shape, &t->shape))
+			continue;
+		dvar_shape_format(&info.shape, a, sizeof a);
+		dvar_shape_format(&t->shape, b, sizeof b);
+		return dvar_error_set(DVAR_ESHAPE,
+		                      "'%s': checkpoint '%s' holds %s %s, the %s is %s %s", t->name,
+		                      dvar_reader_path(r), dvar_dtype_name(info.dtype), a,
+		                      t->v ? "variable" : "tensor", dvar_dtype_name(t->dtype), b);
+	}
+	return DVAR_OK;
+}
+
+/*
+ * Round C: the saved value is the logical one, so what each replica gets
+ * follows the target's kind alone, which is exactly what a cross-replica
+ * assign does: ON_WRITE and ON_READ MEAN / ONLY_FIRST_REPLICA / NONE give
+ * every component the value; ON_READ SUM gives each replica its share of
+ * the exact split (dvar_variable__split_sum).
+ */
+static int assign_all(dvar_reader *r, target *targets, size_t n)
+{
+	static unsigned char empty[1];
+
+	for (size_t i = 0; i < n; i++) {
+		target *t = &targets[i];
+		unsigned char *buf = t->v ? NULL : t->data;
+		int rc;
+
+		if (t->nbytes == 0) {
+			if (t->v && (rc = dvar_variable__restore(t->v, empty)) != DVAR_OK)
+				return dvar_error_prefix("restoring '%s'", t->name);
+			continue;
+		}
+		if (t->v && !(buf = malloc(t->nbytes)))
+			return dvar_error_set(DVAR_ENOMEM, "restoring '%s': out of memory", t->name);
+		rc = dvar_reader_read(r, t->index, NULL, buf, t->nbytes);
+		if (rc != DVAR_OK)
+			dvar_error_prefix("restoring '%s'", t->name);
+		else if (t->v && (rc = dvar_variable__restore(t->v, buf)) != DVAR_OK)
+			dvar_error_prefix("restoring '%s'", t->name);
+		if (t->v)
+			free(buf);
+		if (rc != DVAR_OK)
+			return rc;
+	}
+	return DVAR_OK;
+}
+
+static int restore(dvar_strategy *s, const char *path, dvar_variable *const *vars, size_t n,
+                   const dvar_restore_options *opts)
+{
+	int W = dvar_strategy_num_workers(s);
+	int chief = dvar_strategy_worker_id(s) == 0;
+	size_t nt = opts && opts->version == DVAR_RESTORE_OPTIONS_VERSION ? opts->num_tensors : 0;
+	target *targets = calloc(n + nt ? n + nt : 1, sizeof *targets);
+	size_t *offs = malloc(((size_t)W + 1) * sizeof *offs);
+	const dvar_read_options *ropts = opts && opts->version == DVAR_RESTORE_OPTIONS_VERSION
+	                                         ? opts->read
+	                                         : NULL;
+	dvar_reader *r = NULL;
+	unsigned char *paths = NULL;
+	const char *dir = NULL;
+	char *copy = NULL;
+	int rc;
+
+	/* A: the chief resolves the checkpoint. */
+	rc = prepare(s, path, vars, n, opts, targets);
+	if (rc == DVAR_OK && !offs)
+		rc = dvar_error_set(DVAR_ENOMEM, "out of memory");
+	if (rc == DVAR_OK && chief && (rc = dvar_reader_open(&r, path, ropts)) == DVAR_OK)
+		dir = dvar_reader_path(r);
+	rc = dvar_store__agree(s, rc, dir, dir ? strlen(dir) : 0, offs ? &paths : NULL, offs);
+	if (rc != DVAR_OK)
+		goto done;
+	if (!(copy = malloc(offs[1] - offs[0] + 1))) {
+		rc = dvar_error_set(DVAR_ENOMEM, "out of memory");
+	} else {
+		memcpy(copy, paths + offs[0], offs[1] - offs[0]);
+		copy[offs[1] - offs[0]] = '\0';
+	}
+
+	/* B: every worker opens it and finds everything before changing anything. */
+	if (rc == DVAR_OK && !chief)
+		rc = dvar_reader_open(&r, copy, ropts);
+	if (rc == DVAR_OK)
+		rc = find_all(r, targets, n + nt);
+	rc = dvar_store__agree(s, rc, NULL, 0, NULL, NULL);
+
+	/* C: read and assign. */
+	if (rc == DVAR_OK)
+		rc = dvar_store__agree(s, assign_all(r, targets, n + nt), NULL, 0, NULL, NULL);
+done:
+	dvar_reader_free(r);
+	free(paths);
+	free(copy);
+	free(offs);
+	free(targets);
+	return rc;
+}
+
+int dvar_restore(dvar_strategy *s, const char *path, dvar_variable *const *vars, size_t n,
+                 const dvar_restore_options *opts)
+{
+	int rc;
+
+	if (!s)
+		return dvar_error_set(DVAR_EINVAL, "dvar_restore: strategy is NULL");
+	rc = restore(s, path, vars, n, opts);
+	if (rc != DVAR_OK)
+		return dvar_error_prefix("restoring from '%s'", path ? path : "(null)");
+	return DVAR_OK;
+}
