@@ -37,17 +37,6 @@
 
 /* ---------------------------------------------------------------- descriptions */
 
-static const char *op_name(int op)
-{
-	switch (op) {
-	case DVAR_REDUCE_SUM: return "SUM";
-	case DVAR_REDUCE_MEAN: return "MEAN";
-	case DVAR_REDUCE_MIN: return "MIN";
-	case DVAR_REDUCE_MAX: return "MAX";
-	}
-	return "?";
-}
-
 static const char *dtype_text(int dtype, char *tmp, size_t cap)
 {
 	const char *name = dvar_dtype_name(dtype);
@@ -68,11 +57,11 @@ void dvar_coll__describe(const dvar_coll_sig *sig, char *buf, size_t cap)
 	switch (sig->kind) {
 	case DVAR_COLL_ALL_REDUCE:
 		if (sig->nbufs == 1)
-			snprintf(buf, cap, "all_reduce #%llu (%s, %s, %llu %s)", seq, op_name(sig->op),
+			snprintf(buf, cap, "all_reduce #%llu (%s, %s, %llu %s)", seq, dvar_reduce_op_name(sig->op),
 			         dtype_text(sig->dtype, dt, sizeof dt), count, elements);
 		else
 			snprintf(buf, cap, "all_reduce_n #%llu (%s, %s, %llu buffers, %llu %s)", seq,
-			         op_name(sig->op), dtype_text(sig->dtype, dt, sizeof dt),
+			         dvar_reduce_op_name(sig->op), dtype_text(sig->dtype, dt, sizeof dt),
 			         (unsigned long long)sig->nbufs, count, elements);
 		return;
 	case DVAR_COLL_BROADCAST:
@@ -109,15 +98,6 @@ static void copy_message(char *dst, const char *src)
 
 	memmove(dst, src, n);
 	dst[n] = '\0';
-}
-
-static dvar_kernel_op kernel_op(int op)
-{
-	switch (op) {
-	case DVAR_REDUCE_MIN: return DVAR_KOP_MIN;
-	case DVAR_REDUCE_MAX: return DVAR_KOP_MAX;
-	default: return DVAR_KOP_ADD;
-	}
 }
 
 /* Elements [lo, hi) of n split into parts nearly equal parts: part i. */
@@ -546,7 +526,7 @@ static void reduce_into(dvar_strategy *s, const dvar_coll_args *a, uint64_t lo, 
 {
 	const void *srcs[DVAR_MAX_REPLICAS];
 	size_t es = dvar_dtype_size(a->sig.dtype);
-	dvar_kernel_op kop = kernel_op(a->sig.op);
+	dvar_kernel_op kop = dvar_kernel_op_of(a->sig.op);
 	size_t i = lo < hi ? find_buffer(a->offsets, a->n, lo) : 0;
 
 	for (uint64_t pos = lo; pos < hi;) {
@@ -601,7 +581,7 @@ static void all_reduce_local(dvar_replica *r, const dvar_coll_args *a)
 	dvar_strategy *s = r->s;
 	const void *srcs[DVAR_MAX_REPLICAS];
 	size_t es = dvar_dtype_size(a->sig.dtype);
-	dvar_kernel_op kop = kernel_op(a->sig.op);
+	dvar_kernel_op kop = dvar_kernel_op_of(a->sig.op);
 	uint64_t lo, hi;
 	size_t i;
 
@@ -720,7 +700,7 @@ static void serve_all_reduce(dvar_strategy *s, const dvar_coll_sig *sig, const c
 				pthread_cond_wait(&s->coord_cv, &s->lock);
 			pthread_mutex_unlock(&s->lock);
 		}
-		rc = dvar_comm_ring_allreduce(s->comm, sig->dtype, kernel_op(sig->op), home,
+		rc = dvar_comm_ring_allreduce(s->comm, sig->dtype, dvar_kernel_op_of(sig->op), home,
 		                              s->ring_tmp, (size_t)(chi - clo), what);
 		if (rc == DVAR_OK && alone) {
 			if (sig->op == DVAR_REDUCE_MEAN)
@@ -767,7 +747,7 @@ int dvar_replica_all_reduce_n(dvar_replica *ctx, dvar_reduce_op op, int dtype, s
 	es = dvar_dtype_size(dtype);
 	if ((int)op < DVAR_REDUCE_SUM || (int)op > DVAR_REDUCE_MAX) {
 		rc = dvar_error_set(DVAR_EINVAL, "all_reduce: op %d is not a dvar_reduce_op", (int)op);
-	} else if ((rc = dvar_kernel_check(dtype, kernel_op(op), "all_reduce")) != DVAR_OK) {
+	} else if ((rc = dvar_kernel_check(dtype, dvar_kernel_op_of(op), "all_reduce")) != DVAR_OK) {
 		/* the kernels' message */
 	} else if (n > 0 && (!src || !dst || !counts)) {
 		rc = dvar_error_set(DVAR_EINVAL, "all_reduce: %s is NULL",
@@ -821,6 +801,22 @@ int dvar_replica_all_reduce(dvar_replica *ctx, dvar_reduce_op op, int dtype, con
 
 /* The coordinator's side: root's bytes travel through slot 0 in chunks and
  * are copied to every local replica. */
+/* The coordinator's data phase is over: let the replicas copy out, or fail
+ * them (an MPI error breaks the strategy). */
+static void finish_data_phase(dvar_strategy *s, int rc)
+{
+	pthread_mutex_lock(&s->lock);
+	if (rc != DVAR_OK) {
+		s->dp_code = rc;
+		copy_message(s->dp_message, dvar_error_last()->message);
+		dvar_engine__break_locked(s, s->dp_message);
+	} else {
+		s->dp_done = 1;
+	}
+	pthread_cond_broadcast(&s->coll_cv);
+	pthread_mutex_unlock(&s->lock);
+}
+
 static void serve_broadcast(dvar_strategy *s, const dvar_coll_sig *sig, const char *what)
 {
 	size_t bytes = (size_t)sig->count * dvar_dtype_size(sig->dtype);
@@ -843,16 +839,7 @@ static void serve_broadcast(dvar_strategy *s, const dvar_coll_sig *sig, const ch
 				memcpy(d, s->slot[0], len);
 		}
 	}
-	pthread_mutex_lock(&s->lock);
-	if (rc != DVAR_OK) {
-		s->dp_code = rc;
-		copy_message(s->dp_message, dvar_error_last()->message);
-		dvar_engine__break_locked(s, s->dp_message);
-	} else {
-		s->dp_done = 1;
-	}
-	pthread_cond_broadcast(&s->coll_cv);
-	pthread_mutex_unlock(&s->lock);
+	finish_data_phase(s, rc);
 }
 
 int dvar_replica_broadcast(dvar_replica *ctx, int root, int dtype, void *buf, size_t count)
@@ -982,16 +969,7 @@ static void serve_all_gather(dvar_strategy *s, const dvar_coll_sig *sig, const c
 			}
 		}
 	}
-	pthread_mutex_lock(&s->lock);
-	if (rc != DVAR_OK) {
-		s->dp_code = rc;
-		copy_message(s->dp_message, dvar_error_last()->message);
-		dvar_engine__break_locked(s, s->dp_message);
-	} else {
-		s->dp_done = 1;
-	}
-	pthread_cond_broadcast(&s->coll_cv);
-	pthread_mutex_unlock(&s->lock);
+	finish_data_phase(s, rc);
 }
 
 int dvar_replica_all_gather(dvar_replica *ctx, int dtype, const dvar_shape *shape, const void *src,

@@ -351,3 +351,23 @@ void dvar_kernel_divide(int dtype, void *buf, size_t count, int64_t divisor)
 	default: break;
 	}
 }
+
+dvar_kernel_op dvar_kernel_op_of(int reduce_op)
+{
+	switch (reduce_op) {
+	case DVAR_REDUCE_MIN: return DVAR_KOP_MIN;
+	case DVAR_REDUCE_MAX: return DVAR_KOP_MAX;
+	default: return DVAR_KOP_ADD;
+	}
+}
+
+const char *dvar_reduce_op_name(int reduce_op)
+{
+	switch (reduce_op) {
+	case DVAR_REDUCE_SUM: return "SUM";
+	case DVAR_REDUCE_MEAN: return "MEAN";
+	case DVAR_REDUCE_MIN: return "MIN";
+	case DVAR_REDUCE_MAX: return "MAX";
+	}
+	return "?";
+}

@@ -28,6 +28,12 @@ typedef enum {
 	DVAR_KOP_MAX = 3
 } dvar_kernel_op;
 
+/** The kernel a reduction applies: ADD for SUM and MEAN, MIN, MAX. */
+dvar_kernel_op dvar_kernel_op_of(int reduce_op);
+
+/** "SUM", "MEAN", "MIN", "MAX" (or "?") for messages. */
+const char *dvar_reduce_op_name(int reduce_op);
+
 /** 1 for float16, bfloat16, float32, float64 (TF's "floating"), else 0. */
 int dvar_kernel_is_floating(int dtype);
 

@@ -294,24 +294,6 @@ typedef struct {
 	dvar_shape out_shape;
 } cross_call;
 
-static dvar_kernel_op kernel_op(int op)
-{
-	return op == DVAR_REDUCE_MIN   ? DVAR_KOP_MIN
-	       : op == DVAR_REDUCE_MAX ? DVAR_KOP_MAX
-	                               : DVAR_KOP_ADD;
-}
-
-static const char *op_name(int op)
-{
-	switch (op) {
-	case DVAR_REDUCE_SUM: return "SUM";
-	case DVAR_REDUCE_MEAN: return "MEAN";
-	case DVAR_REDUCE_MIN: return "MIN";
-	case DVAR_REDUCE_MAX: return "MAX";
-	}
-	return "?";
-}
-
 /* The replica's own checks; a failure is recorded as the thread's error. */
 static int check_local(const cross_call *c, int local, const component **comp)
 {
@@ -329,7 +311,7 @@ static int check_local(const cross_call *c, int local, const component **comp)
 		    c->op != DVAR_REDUCE_MIN && c->op != DVAR_REDUCE_MAX)
 			return dvar_error_set(DVAR_EINVAL, "%s: unknown reduce op %d", c->what,
 			                      c->op);
-		if ((rc = dvar_kernel_check(v->dtype, kernel_op(c->op), c->what)) != DVAR_OK)
+		if ((rc = dvar_kernel_check(v->dtype, dvar_kernel_op_of(c->op), c->what)) != DVAR_OK)
 			return rc;
 	}
 	if (!v->comp[local].set)
@@ -404,8 +386,8 @@ static int decide(const cross_call *c, const int64_t *table, int N, int R, int i
 			        "%s: %s called with dtype %s, op %s, axis %d, but replica 0 "
 			        "with dtype %s, op %s, axis %d",
 			        c->what, who, dvar_dtype_name((int)di[D_DTYPE]),
-			        op_name((int)di[D_OP]), (int)di[D_AXIS],
-			        dvar_dtype_name((int)d0[D_DTYPE]), op_name((int)d0[D_OP]),
+			        dvar_reduce_op_name((int)di[D_OP]), (int)di[D_AXIS],
+			        dvar_dtype_name((int)d0[D_DTYPE]), dvar_reduce_op_name((int)d0[D_OP]),
 			        (int)d0[D_AXIS]);
 		}
 	}
@@ -458,7 +440,7 @@ static int decide(const cross_call *c, const int64_t *table, int N, int R, int i
 		return dvar_error_set(
 		        DVAR_EINVAL,
 		        "%s: %s along axis %d over zero rows in all replicas has no value", c->what,
-		        op_name(c->op), c->axis);
+		        dvar_reduce_op_name(c->op), c->axis);
 	/* Each worker's dst: the first too small one reports (from its local 0). */
 	for (int w = 0; w * R < N; w++) {
 		uint64_t have = (uint64_t)table[(size_t)w * R * D_COUNT + D_DST_BYTES];
@@ -537,7 +519,7 @@ static void fill_identity(int dtype, int op, void *buf, size_t count)
 static void reduce_along_axis(int dtype, int op, const void *src, const dvar_shape *shape, int axis,
                               void *out)
 {
-	dvar_kernel_op kop = kernel_op(op);
+	dvar_kernel_op kop = dvar_kernel_op_of(op);
 	size_t size = dvar_dtype_size(dtype);
 	size_t outer = 1, inner = 1, rows = (size_t)shape->dims[axis];
 	const void *srcs[ROWS_PER_PASS + 1];
