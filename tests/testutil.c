@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "dvar/common.h"
+#include "dvar/core.h"
 
 char *tu_mkdtemp(void)
 {
@@ -87,4 +88,133 @@ void tu_assert_error_contains_(const char *needle, const char *file, int line)
 		            file, line, e->message, needle);
 		_fail(file, line);
 	}
+}
+
+uint16_t tu_f32_to_f16(float f)
+{
+	uint32_t x, m, sign, h, rem;
+	int32_t e;
+
+	memcpy(&x, &f, sizeof x);
+	sign = (x >> 16) & 0x8000u;
+	m = x & 0x7fffffu;
+	if (((x >> 23) & 0xffu) == 0xffu)
+		return (uint16_t)(sign | 0x7c00u | (m ? 0x200u : 0));
+	e = (int32_t)((x >> 23) & 0xffu) - 127 + 15;
+	if (e >= 31)
+		return (uint16_t)(sign | 0x7c00u);
+	if (e <= 0) {
+		uint32_t shift;
+
+		if (e < -10)
+			return (uint16_t)sign;
+		m |= 0x800000u;
+		shift = (uint32_t)(14 - e);
+		h = m >> shift;
+		rem = m & ((1u << shift) - 1);
+		if (rem > (1u << (shift - 1)) || (rem == (1u << (shift - 1)) && (h & 1)))
+			h++;
+		return (uint16_t)(sign | h);
+	}
+	h = ((uint32_t)e << 10) | (m >> 13);
+	rem = m & 0x1fffu;
+	if (rem > 0x1000u || (rem == 0x1000u && (h & 1)))
+		h++; /* a carry into the exponent is right, up to infinity */
+	return (uint16_t)(sign | h);
+}
+
+uint16_t tu_f32_to_bf16(float f)
+{
+	uint32_t x;
+
+	memcpy(&x, &f, sizeof x);
+	if ((x & 0x7fffffffu) > 0x7f800000u)
+		return (uint16_t)((x >> 16) | 0x40u);
+	x += 0x7fffu + ((x >> 16) & 1);
+	return (uint16_t)(x >> 16);
+}
+
+float tu_f16_to_f32(uint16_t h)
+{
+	uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, x;
+	float f;
+
+	if (e == 0)
+		return (sign ? -1.0f : 1.0f) * (float)m / 16777216.0f;
+	if (e == 31)
+		x = sign | 0x7f800000u | (m << 13);
+	else
+		x = sign | ((e - 15 + 127) << 23) | (m << 13);
+	memcpy(&f, &x, sizeof f);
+	return f;
+}
+
+float tu_bf16_to_f32(uint16_t b)
+{
+	uint32_t x = (uint32_t)b << 16;
+	float f;
+
+	memcpy(&f, &x, sizeof f);
+	return f;
+}
+
+void tu_put(int dtype, void *buf, size_t i, double x)
+{
+	unsigned char *p = (unsigned char *)buf + i * dvar_dtype_size(dtype);
+	uint64_t v;
+
+	switch (dtype) {
+	case DVAR_FLOAT32: {
+		float f = (float)x;
+		memcpy(p, &f, sizeof f);
+		return;
+	}
+	case DVAR_FLOAT64:
+		memcpy(p, &x, sizeof x);
+		return;
+	case DVAR_FLOAT16:
+	case DVAR_BFLOAT16: {
+		uint16_t h = dtype == DVAR_FLOAT16 ? tu_f32_to_f16((float)x) : tu_f32_to_bf16((float)x);
+		memcpy(p, &h, sizeof h);
+		return;
+	}
+	case DVAR_BOOL:
+		*p = x != 0;
+		return;
+	}
+	v = x >= 9223372036854775808.0 ? (uint64_t)x : (uint64_t)(int64_t)x;
+	switch (dtype) {
+	case DVAR_UINT8:
+	case DVAR_INT8:
+		*p = (uint8_t)v;
+		break;
+	case DVAR_UINT16:
+	case DVAR_INT16: {
+		uint16_t w = (uint16_t)v;
+		memcpy(p, &w, sizeof w);
+		break;
+	}
+	case DVAR_UINT32:
+	case DVAR_INT32: {
+		uint32_t w = (uint32_t)v;
+		memcpy(p, &w, sizeof w);
+		break;
+	}
+	case DVAR_UINT64:
+	case DVAR_INT64:
+		memcpy(p, &v, sizeof v);
+		break;
+	default:
+		fail_msg("tu_put: unknown dtype %d", dtype);
+	}
+}
+
+double tu_get(int dtype, const void *buf, size_t i)
+{
+	double d;
+
+	assert_int_equal(dvar_dtype_to_f64(&d, dtype,
+	                                   (const unsigned char *)buf + i * dvar_dtype_size(dtype), 1),
+	                 DVAR_OK);
+	return d;
 }

@@ -1,6 +1,7 @@
 /*
  * tests/testutil.h - helpers shared by the cmocka tests: a fresh scratch
- * directory per test, deterministic random data, and message assertions.
+ * directory per test, deterministic random data, message assertions, and
+ * elements of dtype buffers (float16 / bfloat16 codecs, put and get).
  */
 #ifndef DVAR_TESTUTIL_H
 #define DVAR_TESTUTIL_H
@@ -33,5 +34,28 @@ uint64_t tu_rand(uint64_t *state);
 /** Assert that the thread's last dvar error message contains needle. */
 #define tu_assert_error_contains(needle) tu_assert_error_contains_(needle, __FILE__, __LINE__)
 void tu_assert_error_contains_(const char *needle, const char *file, int line);
+
+/** float32 to float16 bits, round to nearest even (subnormals too); NaN gives a quiet NaN. */
+uint16_t tu_f32_to_f16(float f);
+
+/** float32 to bfloat16 bits, round to nearest even; NaN gives a quiet NaN. */
+uint16_t tu_f32_to_bf16(float f);
+
+/** float16 bits to float32 (exact). */
+float tu_f16_to_f32(uint16_t h);
+
+/** bfloat16 bits to float32 (exact). */
+float tu_bf16_to_f32(uint16_t b);
+
+/**
+ * Set element i of a buffer of a dvar_dtype to x: floats as (float)x rounded
+ * to nearest even for the narrow ones, bool as x != 0, integers as the low
+ * bytes of (int64_t)x (so they wrap; x >= 2^63 goes through uint64_t). An
+ * unknown dtype fails the test.
+ */
+void tu_put(int dtype, void *buf, size_t i, double x);
+
+/** Element i of a buffer of a dvar_dtype as a double (dvar_dtype_to_f64). */
+double tu_get(int dtype, const void *buf, size_t i);
 
 #endif

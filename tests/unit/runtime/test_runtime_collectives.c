@@ -61,67 +61,6 @@ static dvar_strategy *make(int replicas, size_t chunk_bytes)
 
 /* ---------------------------------------------------------------- element codecs */
 
-static uint16_t to_bf16(float f)
-{
-	uint32_t u;
-
-	memcpy(&u, &f, 4);
-	if ((u & 0x7fffffff) > 0x7f800000)
-		return (uint16_t)((u >> 16) | 0x40);
-	u += 0x7fff + ((u >> 16) & 1);
-	return (uint16_t)(u >> 16);
-}
-
-static uint16_t to_f16(float f)
-{
-	uint32_t x, ax, sign, e, mant, h, rest;
-
-	memcpy(&x, &f, 4);
-	sign = (x >> 16) & 0x8000;
-	ax = x & 0x7fffffff;
-	if (ax > 0x7f800000)
-		return (uint16_t)(sign | 0x7e00);
-	if (ax >= 0x477ff000)
-		return (uint16_t)(sign | 0x7c00);
-	if (ax < 0x38800000) {
-		float v;
-
-		memcpy(&v, &ax, 4);
-		return (uint16_t)(sign | (uint32_t)rintf(v * 16777216.0f));
-	}
-	e = (ax >> 23) - 127 + 15;
-	mant = ax & 0x7fffff;
-	h = (e << 10) | (mant >> 13);
-	rest = mant & 0x1fff;
-	if (rest > 0x1000 || (rest == 0x1000 && (h & 1)))
-		h++;
-	return (uint16_t)(sign | h);
-}
-
-static float from_bf16(uint16_t b)
-{
-	uint32_t u = (uint32_t)b << 16;
-	float f;
-
-	memcpy(&f, &u, 4);
-	return f;
-}
-
-static float from_f16(uint16_t h)
-{
-	uint32_t sign = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ff, u;
-	float f;
-
-	if (e == 0)
-		return (sign ? -1.0f : 1.0f) * (float)m / 16777216.0f;
-	if (e == 31)
-		u = sign | 0x7f800000 | (m << 13);
-	else
-		u = sign | ((e - 15 + 127) << 23) | (m << 13);
-	memcpy(&f, &u, 4);
-	return f;
-}
-
 static const int numeric[] = { DVAR_UINT8,   DVAR_UINT16, DVAR_UINT32,  DVAR_UINT64,
                                DVAR_INT8,    DVAR_INT16,  DVAR_INT32,   DVAR_INT64,
                                DVAR_FLOAT16, DVAR_BFLOAT16, DVAR_FLOAT32, DVAR_FLOAT64 };
@@ -149,8 +88,8 @@ static void put_int(int dt, void *buf, size_t i, int64_t v)
 	case DVAR_INT32: ((int32_t *)buf)[i] = (int32_t)(uint32_t)v; break;
 	case DVAR_UINT64: ((uint64_t *)buf)[i] = (uint64_t)v; break;
 	case DVAR_INT64: ((int64_t *)buf)[i] = v; break;
-	case DVAR_FLOAT16: ((uint16_t *)buf)[i] = to_f16((float)v); break;
-	case DVAR_BFLOAT16: ((uint16_t *)buf)[i] = to_bf16((float)v); break;
+	case DVAR_FLOAT16: ((uint16_t *)buf)[i] = tu_f32_to_f16((float)v); break;
+	case DVAR_BFLOAT16: ((uint16_t *)buf)[i] = tu_f32_to_bf16((float)v); break;
 	case DVAR_FLOAT32: ((float *)buf)[i] = (float)v; break;
 	case DVAR_FLOAT64: ((double *)buf)[i] = (double)v; break;
 	}
@@ -208,9 +147,9 @@ static void expect(int dt, int op, int n, size_t i, void *out)
 		if (dt == DVAR_FLOAT32)
 			((float *)out)[0] = q;
 		else if (dt == DVAR_FLOAT16)
-			((uint16_t *)out)[0] = to_f16(q);
+			((uint16_t *)out)[0] = tu_f32_to_f16(q);
 		else
-			((uint16_t *)out)[0] = to_bf16(q);
+			((uint16_t *)out)[0] = tu_f32_to_bf16(q);
 	}
 }
 
@@ -362,7 +301,7 @@ static int halves_fn(dvar_replica *ctx, void *arg)
 		for (int i = 0; i < 64; i++) {
 			float v = 1.0f + (float)(g * 64 + i) * (half ? 0.0078125f : 0.0009765625f) / 3.0f;
 
-			buf[i] = half ? to_bf16(v) : to_f16(v);
+			buf[i] = half ? tu_f32_to_bf16(v) : tu_f32_to_f16(v);
 		}
 		if (dvar_replica_all_reduce(ctx, DVAR_REDUCE_SUM, dt, buf, buf, 64) != DVAR_OK) {
 			note(rep, "%s", dvar_error_last()->message);
@@ -380,14 +319,16 @@ static int halves_fn(dvar_replica *ctx, void *arg)
 
 			for (int h = 0; h < n; h++) {
 				float v = 1.0f + (float)(h * 64 + i) * (half ? 0.0078125f : 0.0009765625f) / 3.0f;
-				float x = half ? from_bf16(to_bf16(v)) : from_f16(to_f16(v));
+				float x = half ? tu_bf16_to_f32(tu_f32_to_bf16(v))
+				                : tu_f16_to_f32(tu_f32_to_f16(v));
 
 				acc = h == 0 ? x : acc + x;
-				acc = half ? from_bf16(to_bf16(acc)) : from_f16(to_f16(acc));
+				acc = half ? tu_bf16_to_f32(tu_f32_to_bf16(acc))
+				           : tu_f16_to_f32(tu_f32_to_f16(acc));
 			}
-			if (buf[i] != (half ? to_bf16(acc) : to_f16(acc))) {
+			if (buf[i] != (half ? tu_f32_to_bf16(acc) : tu_f32_to_f16(acc))) {
 				note(rep, "%s element %d: 0x%04x, expected 0x%04x", dvar_dtype_name(dt), i,
-				     buf[i], half ? to_bf16(acc) : to_f16(acc));
+				     buf[i], half ? tu_f32_to_bf16(acc) : tu_f32_to_f16(acc));
 				break;
 			}
 		}
@@ -484,7 +425,7 @@ static int det_fn(dvar_replica *ctx, void *arg)
 
 		for (size_t i = 0; i < DET_COUNT; i++) {
 			a[i] = (float)((double)(tu_rand(&st) >> 11) / 9007199254740992.0 * 2.0 - 1.0);
-			h[i] = to_f16(a[i] * 100.0f);
+			h[i] = tu_f32_to_f16(a[i] * 100.0f);
 		}
 		if (dvar_replica_all_reduce(ctx, DVAR_REDUCE_SUM, DVAR_FLOAT32, a, pass ? b : a,
 		                            DET_COUNT) != DVAR_OK ||

@@ -70,93 +70,6 @@ static int global_id(const topo *t, int local)
 
 /* ---------------------------------------------------------------- elements */
 
-static uint16_t f32_to_f16(float f)
-{
-	uint32_t x, m, sign, h, rem;
-	int32_t e;
-
-	memcpy(&x, &f, sizeof x);
-	sign = (x >> 16) & 0x8000u;
-	m = x & 0x7fffffu;
-	if (((x >> 23) & 0xffu) == 0xffu)
-		return (uint16_t)(sign | 0x7c00u | (m ? 0x200u : 0));
-	e = (int32_t)((x >> 23) & 0xffu) - 127 + 15;
-	if (e >= 31)
-		return (uint16_t)(sign | 0x7c00u);
-	if (e <= 0) {
-		uint32_t shift;
-
-		if (e < -10)
-			return (uint16_t)sign;
-		m |= 0x800000u;
-		shift = (uint32_t)(14 - e);
-		h = m >> shift;
-		rem = m & ((1u << shift) - 1);
-		if (rem > (1u << (shift - 1)) || (rem == (1u << (shift - 1)) && (h & 1)))
-			h++;
-		return (uint16_t)(sign | h);
-	}
-	h = ((uint32_t)e << 10) | (m >> 13);
-	rem = m & 0x1fffu;
-	if (rem > 0x1000u || (rem == 0x1000u && (h & 1)))
-		h++;
-	return (uint16_t)(sign | h);
-}
-
-static uint16_t f32_to_bf16(float f)
-{
-	uint32_t x;
-
-	memcpy(&x, &f, sizeof x);
-	x += 0x7fffu + ((x >> 16) & 1);
-	return (uint16_t)(x >> 16);
-}
-
-/* Element i of a dtype buffer set to x; integers wrap (x's low bytes). */
-static void put(int dtype, void *buf, size_t i, double x)
-{
-	unsigned char *p = (unsigned char *)buf + i * dvar_dtype_size(dtype);
-
-	switch (dtype) {
-	case DVAR_FLOAT32: {
-		float f = (float)x;
-		memcpy(p, &f, sizeof f);
-		break;
-	}
-	case DVAR_FLOAT64:
-		memcpy(p, &x, sizeof x);
-		break;
-	case DVAR_FLOAT16: {
-		uint16_t h = f32_to_f16((float)x);
-		memcpy(p, &h, sizeof h);
-		break;
-	}
-	case DVAR_BFLOAT16: {
-		uint16_t h = f32_to_bf16((float)x);
-		memcpy(p, &h, sizeof h);
-		break;
-	}
-	case DVAR_BOOL:
-		*p = x != 0;
-		break;
-	default: {
-		int64_t v = (int64_t)x;
-		memcpy(p, &v, dvar_dtype_size(dtype));
-		break;
-	}
-	}
-}
-
-static double get(int dtype, const void *buf, size_t i)
-{
-	double d;
-
-	assert_int_equal(dvar_dtype_to_f64(&d, dtype,
-	                                   (const unsigned char *)buf + i * dvar_dtype_size(dtype), 1),
-	                 DVAR_OK);
-	return d;
-}
-
 static void *xmalloc(size_t n)
 {
 	void *p = malloc(n ? n : 1);
@@ -174,7 +87,7 @@ static void assert_elems(int dtype, const void *actual, const void *expected, si
 		if (memcmp((const unsigned char *)actual + i * size,
 		           (const unsigned char *)expected + i * size, size) != 0)
 			fail_msg("%s: %s element %zu is %g, expected %g", what, dvar_dtype_name(dtype), i,
-			         get(dtype, actual, i), get(dtype, expected, i));
+			         tu_get(dtype, actual, i), tu_get(dtype, expected, i));
 }
 
 /* Every local component of v equals expect(global id, element). */
@@ -192,7 +105,7 @@ static void assert_components(const topo *t, dvar_variable *v,
 		char label[256];
 
 		for (size_t i = 0; i < count; i++)
-			put(dtype, want, i, expect(ctx, global_id(t, l), i));
+			tu_put(dtype, want, i, expect(ctx, global_id(t, l), i));
 		assert_int_equal(dvar_variable_read_local(v, l, got, nbytes), DVAR_OK);
 		snprintf(label, sizeof label, "%s, R=%d W=%d, local %d", what, t->R, t->W, l);
 		assert_elems(dtype, got, want, count, label);
@@ -282,7 +195,7 @@ static int body_update(rjob *j, dvar_replica *ctx, int id, int local)
 	if (!value)
 		return DVAR_ENOMEM;
 	for (size_t i = 0; i < count; i++)
-		put(dtype, value, i, j->gen(id, i));
+		tu_put(dtype, value, i, j->gen(id, i));
 	rc = dense_update(j->v, ctx, j->kind, value);
 	free(value);
 	return rc;
@@ -311,7 +224,7 @@ static void assert_replica_reads(const topo *t, dvar_variable *v,
 	assert_job_ok(&j, what);
 	for (int l = 0; l < t->R; l++) {
 		for (size_t i = 0; i < count; i++)
-			put(dtype, want, i, expect(ectx, global_id(t, l), i));
+			tu_put(dtype, want, i, expect(ectx, global_id(t, l), i));
 		assert_elems(dtype, j.out[l], want, count, what);
 		free(j.out[l]);
 	}
@@ -374,7 +287,7 @@ static double expect_base(const void *ctx, int id, size_t i)
 static void fill(int dtype, void *buf, size_t count, double (*f)(size_t i))
 {
 	for (size_t i = 0; i < count; i++)
-		put(dtype, buf, i, f(i));
+		tu_put(dtype, buf, i, f(i));
 }
 
 /* ---------------------------------------------------------------- creation */
@@ -399,7 +312,7 @@ static int init_iota(void *arg, int replica_id, int dtype, const dvar_shape *sha
 		return dvar_error_set(DVAR_EIO, "the initializer's disk is on fire");
 	assert_int_equal(dvar_shape_num_elements(shape, &n), DVAR_OK);
 	for (uint64_t i = 0; i < n; i++)
-		put(dtype, dst, i, (double)(i * 3 + *(int *)arg));
+		tu_put(dtype, dst, i, (double)(i * 3 + *(int *)arg));
 	return DVAR_OK;
 }
 
@@ -1129,17 +1042,17 @@ static void test_runtime_variables__split_sum(void **state)
 	assert_true(pf == 0.33333334f);
 	assert_int_equal(dvar_variable__split_sum(DVAR_FLOAT64, &d, &pd, 1, 0, 3), DVAR_OK);
 	assert_true(pd == 1.0 / 3.0);
-	h = f32_to_f16(1.0f);
+	h = tu_f32_to_f16(1.0f);
 	assert_int_equal(dvar_variable__split_sum(DVAR_FLOAT16, &h, &ph, 1, 0, 3), DVAR_OK);
-	assert_int_equal(ph, f32_to_f16(1.0f / 3.0f));
+	assert_int_equal(ph, tu_f32_to_f16(1.0f / 3.0f));
 	assert_int_equal(ph, 0x3555);
-	h = f32_to_bf16(1.0f);
+	h = tu_f32_to_bf16(1.0f);
 	assert_int_equal(dvar_variable__split_sum(DVAR_BFLOAT16, &h, &ph, 1, 0, 3), DVAR_OK);
-	assert_int_equal(ph, f32_to_bf16(1.0f / 3.0f));
+	assert_int_equal(ph, tu_f32_to_bf16(1.0f / 3.0f));
 	/* bfloat16 holds 257 as 256, and TF divides by N in the tensor's dtype. */
-	h = f32_to_bf16(256.0f);
+	h = tu_f32_to_bf16(256.0f);
 	assert_int_equal(dvar_variable__split_sum(DVAR_BFLOAT16, &h, &ph, 1, 0, 257), DVAR_OK);
-	assert_int_equal(ph, f32_to_bf16(1.0f));
+	assert_int_equal(ph, tu_f32_to_bf16(1.0f));
 	/* In place. */
 	pf = 7.0f;
 	assert_int_equal(dvar_variable__split_sum(DVAR_FLOAT32, &pf, &pf, 1, 0, 2), DVAR_OK);
@@ -1507,7 +1420,7 @@ static void dtypes(const topo *t)
 					double k = (double)(i % 3 + 1);
 					double sum = k * t->N * (t->N + 1) / 2.0;
 
-					put(dtype, want, i,
+					tu_put(dtype, want, i,
 					    agg == DVAR_AGG_SUM    ? sum
 					    : agg == DVAR_AGG_MEAN ? sum / t->N
 					                           : k);

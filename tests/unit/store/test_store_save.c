@@ -116,68 +116,6 @@ static void drop_shared_dir(dvar_strategy *s, char *dir)
 
 /* ---------------------------------------------------------------- elements */
 
-static uint16_t f32_to_f16(float f)
-{
-	uint32_t x, m, sign, h, rem;
-	int32_t e;
-
-	memcpy(&x, &f, sizeof x);
-	sign = (x >> 16) & 0x8000u;
-	m = x & 0x7fffffu;
-	e = (int32_t)((x >> 23) & 0xffu) - 127 + 15;
-	if (e >= 31)
-		return (uint16_t)(sign | 0x7c00u);
-	if (e <= 0)
-		return (uint16_t)sign; /* the tests use no subnormals */
-	h = ((uint32_t)e << 10) | (m >> 13);
-	rem = m & 0x1fffu;
-	if (rem > 0x1000u || (rem == 0x1000u && (h & 1)))
-		h++;
-	return (uint16_t)(sign | h);
-}
-
-/* Element i of a buffer of dtype set to x, rounded as the dtype rounds. */
-static void put(int dtype, void *buf, size_t i, double x)
-{
-	unsigned char *p = (unsigned char *)buf + i * dvar_dtype_size(dtype);
-
-	switch (dtype) {
-	case DVAR_FLOAT32: {
-		float f = (float)x;
-		memcpy(p, &f, sizeof f);
-		break;
-	}
-	case DVAR_FLOAT64:
-		memcpy(p, &x, sizeof x);
-		break;
-	case DVAR_FLOAT16: {
-		uint16_t h = f32_to_f16((float)x);
-		memcpy(p, &h, sizeof h);
-		break;
-	}
-	case DVAR_INT32: {
-		int32_t v = (int32_t)x;
-		memcpy(p, &v, sizeof v);
-		break;
-	}
-	case DVAR_INT64: {
-		int64_t v = (int64_t)x;
-		memcpy(p, &v, sizeof v);
-		break;
-	}
-	default:
-		fail_msg("dtype %d not used by these tests", dtype);
-	}
-}
-
-static double get(int dtype, const void *buf, size_t i)
-{
-	double d;
-
-	dvar_dtype_to_f64(&d, dtype, (const unsigned char *)buf + i * dvar_dtype_size(dtype), 1);
-	return d;
-}
-
 static int is_float(int dtype)
 {
 	return dtype == DVAR_FLOAT32 || dtype == DVAR_FLOAT64 || dtype == DVAR_FLOAT16;
@@ -292,7 +230,7 @@ static void *saved_buffer(const tvar *t, int N)
 
 	assert_non_null(buf);
 	for (size_t i = 0; i < t->count; i++)
-		put(t->dtype, buf, i, saved_at(t, N, i));
+		tu_put(t->dtype, buf, i, saved_at(t, N, i));
 	return buf;
 }
 
@@ -340,7 +278,7 @@ static int fill_replica(dvar_replica *ctx, void *arg)
 		if (!(buf = malloc(nbytes_of(t) + 1)))
 			return DVAR_ENOMEM;
 		for (size_t i = 0; i < t->count; i++)
-			put(t->dtype, buf, i, value_at(t, r, i));
+			tu_put(t->dtype, buf, i, value_at(t, r, i));
 		rc = dvar_variable_assign(t->v, ctx, buf);
 		free(buf);
 	}
@@ -441,8 +379,8 @@ static int compare(const char *what, int dtype, const void *got, const void *wan
 		if (memcmp((const char *)got + i * es, (const char *)want + i * es, es) == 0)
 			continue;
 		if (bad++ < 3)
-			print_error("%s[%zu] = %.17g, expected %.17g\n", what, i, get(dtype, got, i),
-			            get(dtype, want, i));
+			print_error("%s[%zu] = %.17g, expected %.17g\n", what, i, tu_get(dtype, got, i),
+			            tu_get(dtype, want, i));
 	}
 	return bad;
 }
@@ -613,7 +551,7 @@ static int check_restored(const topo *t, const tvar *saved, const tvar *targets,
 			int g = t->worker * t->R + l;
 
 			for (size_t i = 0; i < tv->count; i++)
-				put(tv->dtype, want, i, restored_at(tv, get(tv->dtype, sbuf, i), g, t->N));
+				tu_put(tv->dtype, want, i, restored_at(tv, tu_get(tv->dtype, sbuf, i), g, t->N));
 			if (dvar_variable_read_local(tv->v, l, got, nbytes_of(tv)) != DVAR_OK) {
 				bad++;
 				continue;
@@ -913,7 +851,7 @@ static int scalar_replica(dvar_replica *ctx, void *arg)
 	struct scalar_job *j = arg;
 	int64_t buf = 0;
 
-	put(j->c->dtype, &buf, 0, j->c->replicas[dvar_replica_id(ctx)]);
+	tu_put(j->c->dtype, &buf, 0, j->c->replicas[dvar_replica_id(ctx)]);
 	return j->rc[dvar_replica_local_id(ctx)] = dvar_variable_assign(j->v, ctx, &buf);
 }
 
@@ -966,11 +904,11 @@ static void test_store__tf_tables(void **state)
 
 				assert_int_equal(dvar_strategy_run(t.s, scalar_replica, &j), DVAR_OK);
 			} else {
-				put(c->dtype, &value, 0, c->replicas[0]);
+				tu_put(c->dtype, &value, 0, c->replicas[0]);
 				assert_int_equal(dvar_variable_assign(from, NULL, &value), DVAR_OK);
 			}
 		} else {
-			put(c->dtype, &value, 0, c->replicas[0]);
+			tu_put(c->dtype, &value, 0, c->replicas[0]);
 			plain.data = &value;
 			so.tensors = &plain;
 			so.num_tensors = 1;
@@ -981,7 +919,7 @@ static void test_store__tf_tables(void **state)
 		snprintf(dir, sizeof dir, "ckpt-%zu", k);
 
 		/* What was saved. */
-		put(c->dtype, &want, 0, c->saved);
+		tu_put(c->dtype, &want, 0, c->saved);
 		bad += dvar_reader_open(&r, root, NULL) != DVAR_OK ||
 		       strcmp(strrchr(dvar_reader_path(r), '/') + 1, dir) != 0 ||
 		       dvar_reader_find(r, "v", &i) != DVAR_OK ||
@@ -995,7 +933,7 @@ static void test_store__tf_tables(void **state)
 			to = scalar_var(t.s, "v", c->dtype, c->to_sync, c->to_agg);
 			assert_int_equal(dvar_restore(t.s, root, &to, 1, NULL), DVAR_OK);
 			for (int l = 0; l < t.R; l++) {
-				put(c->dtype, &want, 0, c->restored[t.worker * t.R + l]);
+				tu_put(c->dtype, &want, 0, c->restored[t.worker * t.R + l]);
 				got = 0;
 				bad += dvar_variable_read_local(to, l, &got, sizeof got) != DVAR_OK ||
 				       got != want;
@@ -1006,7 +944,7 @@ static void test_store__tf_tables(void **state)
 			ro.tensors = &plain;
 			ro.num_tensors = 1;
 			assert_int_equal(dvar_restore(t.s, root, NULL, 0, &ro), DVAR_OK);
-			put(c->dtype, &want, 0, c->restored[0]);
+			tu_put(c->dtype, &want, 0, c->restored[0]);
 			bad += value != want;
 		}
 		if (bad)
