@@ -25,8 +25,6 @@
 #include "runtime/runtime.h"
 #include "store/store.h"
 
-#define NAME_MAX_BYTES 1024
-
 /* One thing to restore: a distributed variable or a plain tensor. */
 typedef struct {
 	const char *name;
@@ -40,23 +38,14 @@ typedef struct {
 
 static int check_tensor(target *t, const dvar_store_tensor *x, size_t i)
 {
-	uint64_t nbytes = 0;
+	int rc = dvar_store__check_tensor(x, i, &t->shape, &t->nbytes);
 
-	if (!x->name || x->name[0] == '\0' || strnlen(x->name, NAME_MAX_BYTES + 1) > NAME_MAX_BYTES)
-		return dvar_error_set(DVAR_EINVAL, "tensor #%zu: a name of 1 to %d bytes is needed", i,
-		                      NAME_MAX_BYTES);
-	if (dvar_dtype_size(x->dtype) == 0)
-		return dvar_error_set(DVAR_EINVAL, "tensor '%s': unknown dtype %d", x->name, x->dtype);
-	if (dvar_shape_init(&t->shape, x->shape.rank, x->shape.dims) != DVAR_OK ||
-	    dvar_shape_num_bytes(&t->shape, x->dtype, &nbytes) != DVAR_OK)
-		return dvar_error_prefix("tensor '%s'", x->name);
-	if ((uint64_t)(size_t)nbytes != nbytes)
-		return dvar_error_set(DVAR_EINVAL, "tensor '%s': too large for this machine", x->name);
-	if (nbytes && !x->data)
+	if (rc != DVAR_OK)
+		return rc;
+	if (t->nbytes && !x->data)
 		return dvar_error_set(DVAR_EINVAL, "tensor '%s': data is NULL", x->name);
 	t->name = x->name;
 	t->dtype = x->dtype;
-	t->nbytes = (size_t)nbytes;
 	t->data = x->data;
 	return DVAR_OK;
 }

@@ -101,26 +101,36 @@ static int add_variable(save_state *st, item *it, dvar_variable *v, size_t i)
 	return DVAR_OK;
 }
 
-static int add_tensor(save_state *st, item *it, const dvar_store_tensor *t, size_t i)
+int dvar_store__check_tensor(const dvar_store_tensor *t, size_t i, dvar_shape *shape,
+                             size_t *nbytes)
 {
-	uint64_t nbytes = 0;
+	uint64_t n = 0;
 
 	if (!t->name || t->name[0] == '\0' || strnlen(t->name, NAME_MAX_BYTES + 1) > NAME_MAX_BYTES)
 		return dvar_error_set(DVAR_EINVAL, "tensor #%zu: a name of 1 to %d bytes is needed", i,
 		                      NAME_MAX_BYTES);
 	if (dvar_dtype_size(t->dtype) == 0)
 		return dvar_error_set(DVAR_EINVAL, "tensor '%s': unknown dtype %d", t->name, t->dtype);
-	if (dvar_shape_init(&it->shape, t->shape.rank, t->shape.dims) != DVAR_OK ||
-	    dvar_shape_num_bytes(&it->shape, t->dtype, &nbytes) != DVAR_OK)
+	if (dvar_shape_init(shape, t->shape.rank, t->shape.dims) != DVAR_OK ||
+	    dvar_shape_num_bytes(shape, t->dtype, &n) != DVAR_OK)
 		return dvar_error_prefix("tensor '%s'", t->name);
-	if ((uint64_t)(size_t)nbytes != nbytes)
+	if ((uint64_t)(size_t)n != n)
 		return dvar_error_set(DVAR_EINVAL, "tensor '%s': too large for this machine", t->name);
+	*nbytes = (size_t)n;
+	return DVAR_OK;
+}
+
+static int add_tensor(save_state *st, item *it, const dvar_store_tensor *t, size_t i)
+{
+	int rc = dvar_store__check_tensor(t, i, &it->shape, &it->nbytes);
+
+	if (rc != DVAR_OK)
+		return rc;
 	/* Only the chief writes plain tensors: only its data is read. */
-	if (st->worker == 0 && nbytes && !t->data)
+	if (st->worker == 0 && it->nbytes && !t->data)
 		return dvar_error_set(DVAR_EINVAL, "tensor '%s': data is NULL", t->name);
 	it->name = t->name;
 	it->dtype = t->dtype;
-	it->nbytes = (size_t)nbytes;
 	it->kind = KIND_PLAIN;
 	it->data = t->data;
 	return DVAR_OK;

@@ -38,6 +38,13 @@ int dvar_store__all_gather(dvar_strategy *s, const void *mine, size_t len, unsig
 int dvar_store__agree(dvar_strategy *s, int code, const void *payload, size_t len,
                       unsigned char **payloads, size_t *offs);
 
+/*
+ * Check plain tensor #i's name, dtype and shape (not its data: whether data
+ * may be NULL depends on the caller) and give its shape and size in bytes.
+ */
+int dvar_store__check_tensor(const dvar_store_tensor *t, size_t i, dvar_shape *shape,
+                             size_t *nbytes);
+
 /* The text of a variable's synchronization or aggregation, as recorded. */
 const char *dvar_store__sync_name(int sync);
 const char *dvar_store__agg_name(int agg);

@@ -1214,6 +1214,84 @@ static void test_store__restore_errors(void **state)
 	dvar_strategy_free(t.s);
 }
 
+/* Save plain tensors t[0..n) alone; the result and message of the call. */
+static int save_tensors(dvar_strategy *s, const char *root, int64_t step,
+                        const dvar_store_tensor *t, size_t n)
+{
+	dvar_write_options wo = test_write_options();
+	dvar_save_options so = DVAR_SAVE_OPTIONS_INIT;
+
+	so.write = &wo;
+	so.tensors = t;
+	so.num_tensors = n;
+	return dvar_save(s, root, step, NULL, 0, &so);
+}
+
+/* Bad arguments fail on every worker with a message saying which, and
+ * nothing is written. */
+static void test_store__bad_arguments(void **state)
+{
+	int64_t value = 5;
+	dvar_store_tensor x = { .name = "x", .dtype = DVAR_INT64, .data = &value };
+	dvar_store_tensor bad;
+	dvar_strategy *other;
+	dvar_strategy_options o1 = DVAR_STRATEGY_OPTIONS_INIT;
+	tvar list[1];
+	char *root;
+	topo t;
+
+	(void)state;
+	assert_int_equal(topo_open(&t, 2), DVAR_OK);
+	root = shared_dir(t.s);
+
+	bad = x;
+	bad.name = "";
+	assert_int_equal(save_tensors(t.s, root, 1, &bad, 1), DVAR_EINVAL);
+	tu_assert_error_contains("tensor #0: a name of 1 to 1024 bytes is needed");
+	bad = x;
+	bad.dtype = 99;
+	assert_int_equal(save_tensors(t.s, root, 1, &bad, 1), DVAR_EINVAL);
+	tu_assert_error_contains("tensor 'x': unknown dtype 99");
+	bad = x;
+	bad.shape.rank = 1;
+	bad.shape.dims[0] = -3;
+	assert_int_equal(save_tensors(t.s, root, 1, &bad, 1), DVAR_EINVAL);
+	tu_assert_error_contains("tensor 'x'");
+	/* The chief's data is what is written: its NULL fails every worker. */
+	bad = x;
+	bad.data = NULL;
+	assert_int_equal(save_tensors(t.s, root, 1, &bad, 1), DVAR_EINVAL);
+	tu_assert_error_contains("tensor 'x': data is NULL");
+	sum_over_workers(t.s, 0);
+	assert_false(exists_in(root, "ckpt-1"));
+	assert_int_equal(count_prefix(root, ".ckpt-1"), 0);
+	assert_false(exists_in(root, "checkpoint"));
+
+	/* A variable of another strategy. */
+	o1.workers = 1;
+	assert_int_equal(dvar_strategy_create(&other, &o1), DVAR_OK);
+	set_var(&list[0], "w", DVAR_FLOAT32, 0, NULL, DVAR_SYNC_ON_WRITE, DVAR_AGG_NONE, P_DEFAULT);
+	create_vars(other, list, 1);
+	assert_int_equal(save_list(t.s, root, 1, list, 1, 0), DVAR_EINVAL);
+	tu_assert_error_contains("variable 'w' belongs to another strategy");
+	assert_int_equal(restore_list(t.s, root, list, 1, NULL, 0), DVAR_EINVAL);
+	tu_assert_error_contains("variable 'w' belongs to another strategy");
+	free_vars(list, 1);
+	dvar_strategy_free(other);
+
+	/* Restore: a tensor without a destination, after a good save. */
+	assert_int_equal(save_tensors(t.s, root, 2, &x, 1), DVAR_OK);
+	bad = x;
+	bad.data = NULL;
+	value = 0;
+	assert_int_equal(restore_list(t.s, root, NULL, 0, &bad, 1), DVAR_EINVAL);
+	tu_assert_error_contains("tensor 'x': data is NULL");
+	assert_int_equal(restore_list(t.s, root, NULL, 0, &x, 1), DVAR_OK);
+	assert_int_equal(value, 5);
+	drop_shared_dir(t.s, root);
+	dvar_strategy_free(t.s);
+}
+
 /*
  * The last worker cannot write its data file (a file size limit: writes
  * fail with EFBIG, as on a full disk). Every worker gets the error naming
@@ -1331,6 +1409,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_store__on_read_none),
 		cmocka_unit_test(test_store__different_lists),
 		cmocka_unit_test(test_store__restore_errors),
+		cmocka_unit_test(test_store__bad_arguments),
 		cmocka_unit_test(test_store__one_worker_fails),
 	};
 
