@@ -42,6 +42,7 @@ const char *dvar_strerror(int code)
 	case DVAR_ECOMM: return "communication error";
 	case DVAR_EDEVICE: return "device error";
 	case DVAR_ENOTSUPP: return "not supported";
+	case DVAR_EMISMATCH: return "copies differ";
 	}
 	return "unknown error";
 }

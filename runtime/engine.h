@@ -212,6 +212,10 @@ struct dvar_strategy {
 	char *scope_name;
 	char **reasons;
 	size_t nreasons;
+
+	/* The store's pending asynchronous save, released by fini at free. */
+	void *store_slot;
+	void (*store_fini)(void *);
 };
 
 /* ---------------------------------------------------------------- strategy.c */

@@ -70,6 +70,13 @@ void dvar_kernel_divide(int dtype, void *buf, size_t count, int64_t divisor);
  */
 int dvar_variable__restore(dvar_variable *v, const void *value);
 
+/**
+ * Local replica local's component of v: nbytes bytes, valid while v lives
+ * and changed by every update. Readers must not race the replica threads
+ * (the store reads it from the coordinator or from replica context).
+ */
+const void *dvar_variable__component(const dvar_variable *v, int local);
+
 /* ---------------------------------------------------------------- strategy hooks */
 
 /**
@@ -77,6 +84,14 @@ int dvar_variable__restore(dvar_variable *v, const void *value);
  * any; a no-op outside a scope. Thread-safe: replica threads call it.
  */
 void dvar_strategy__mark_unsaveable(dvar_strategy *s, const char *reason);
+
+/**
+ * One slot where the store keeps state that outlives a call (its pending
+ * asynchronous save). fini(p) runs first thing in dvar_strategy_free, with
+ * the replica threads still alive. Coordinator thread only.
+ */
+void *dvar_strategy__store_slot(const dvar_strategy *s);
+void dvar_strategy__set_store_slot(dvar_strategy *s, void *p, void (*fini)(void *));
 
 /** The message TF's values_util.mark_as_unsaveable records, verbatim. */
 extern const char dvar_unsaveable_reason[];

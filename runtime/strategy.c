@@ -241,6 +241,8 @@ static void free_scratch(dvar_strategy *s, void *p)
 
 static void destroy(dvar_strategy *s)
 {
+	if (s->store_fini)
+		s->store_fini(s->store_slot);
 	pthread_mutex_lock(&s->lock);
 	s->stop = 1;
 	pthread_cond_broadcast(&s->work_cv);
@@ -828,4 +830,15 @@ int dvar_strategy_check_saveable(const dvar_strategy *cs)
 	}
 	pthread_mutex_unlock(&s->scope_lock);
 	return rc;
+}
+
+void *dvar_strategy__store_slot(const dvar_strategy *s)
+{
+	return s->store_slot;
+}
+
+void dvar_strategy__set_store_slot(dvar_strategy *s, void *p, void (*fini)(void *))
+{
+	s->store_slot = p;
+	s->store_fini = p ? fini : NULL;
 }

@@ -502,6 +502,11 @@ int dvar_variable_read_local(dvar_variable *v, int local, void *dst, size_t dst_
 	return DVAR_OK;
 }
 
+const void *dvar_variable__component(const dvar_variable *v, int local)
+{
+	return v->comp[local];
+}
+
 /* ---------------------------------------------------------------- the SUM split */
 
 /* n rounded to the precision of dtype (TF converts the Python int N to the

@@ -1,24 +1,33 @@
 /*
- * store/save.c - dvar_save: every worker calls it with the same variables at
- * the same step, and one checkpoint comes out, each value written once.
+ * store/save.c - dvar_save and dvar_save_async: every worker calls them with
+ * the same variables at the same step, and one checkpoint comes out, each
+ * value written once.
  *
- * The rounds, each an agreement through exchange.c so that every worker
- * takes the same decision:
+ * A save is a job in two halves. begin(), collective, before the call
+ * returns:
  *   1. local checks (arguments, the open function scope) and, from the
- *      chief, the save's token; every worker's list digest travels along and
- *      must match worker 0's;
- *   2. every worker opens its part (data file) of the checkpoint;
- *   3. the values: each item has one writer (the plan); ON_READ SUM and MEAN
- *      aggregates are collective, so every worker takes part in every one of
- *      them, in list order, whether it writes the result or not; then each
- *      worker finishes its part and its entries travel to the chief;
- *   4. the chief commits (or, after any failure, removes the staging
+ *      chief, the save's token; every worker's list digest must match
+ *      worker 0's;
+ *   2. the plan (one writer per item) and the staging run: in replica
+ *      context, ON_READ SUM and MEAN aggregates (collectives every worker
+ *      takes part in), each replica's per-chunk checksums of the mirrored
+ *      values and, for an asynchronous save, the copies of what this worker
+ *      writes;
+ *   3. every worker opens its part (data file); the checksums travel to
+ *      every worker, which all reach the same verdict on the replicas.
+ * Then this worker's items are written into its part: inline for dvar_save,
+ * in a background thread for dvar_save_async. finish(), collective:
+ *   4. every part finished, its entries to the chief;
+ *   5. the chief commits (or, after any failure, removes the staging
  *      directory) and every worker receives its result.
  * A worker that fails locally keeps taking part in every collective step, so
  * no peer waits for it; its failure surfaces at the next agreement.
  *
- * Ownership: everything allocated here is freed before dvar_save returns.
+ * Ownership: a job owns copies of everything it needs after begin()
+ * returns; the strategy's store slot owns a pending asynchronous job.
  */
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +40,11 @@
 
 #define NAME_MAX_BYTES 1024
 #define TOKEN_BYTES 16
+/* The replica check compares checksums of pieces this large, so a mismatch
+ * can be located; the copy into staging moves cache-sized blocks, each
+ * checksummed while it is still in cache. */
+#define CHECK_CHUNK ((size_t)1 << 20)
+#define COPY_BLOCK ((size_t)128 << 10)
 
 enum { KIND_MIRRORED, KIND_SYNC_ON_READ, KIND_PLAIN };
 
@@ -38,26 +52,66 @@ static const char *const kind_names[] = { "mirrored", "sync_on_read", "plain" };
 
 /* One thing to save: a distributed variable or a plain tensor. */
 typedef struct {
-	const char *name;
+	char *name; /* owned copy: an asynchronous save outlives the caller's strings */
 	int dtype;
 	dvar_shape shape;
 	size_t nbytes;
 	int kind;
 	int sync, agg;
-	dvar_variable *v;  /* NULL for a plain tensor */
-	const void *data;  /* a plain tensor's elements (the chief's) */
-	int writer;        /* the worker that writes it */
+	dvar_variable *v;     /* NULL for a plain tensor; not used after begin() */
+	const void *plain;    /* a plain tensor's elements; not used after begin() */
+	int writer;           /* the worker that writes it */
+	int checked;          /* its replicas are compared */
+	size_t chunk0;        /* its first checksum in the job's arrays */
+	int mismatch;         /* its replicas differ and it is saved anyway */
+	const void *data;     /* what the writer adds, once staged */
+	unsigned char *owned; /* a staged copy or aggregate, when data is not borrowed */
 } item;
+
+/* Keep a message across later calls that overwrite the error record. */
+typedef struct {
+	int code;
+	char message[DVAR_ERROR_MESSAGE_MAX];
+} saved_error;
 
 typedef struct {
 	dvar_strategy *s;
+	char *root;
 	int64_t step;
-	int W, worker;
+	int W, R, worker;
+	unsigned int flags;
+	int async;
 	size_t n;
 	item *items;
 	char token[2 * TOKEN_BYTES + 1];
 	dvar_write_options wopts;
-} save_state;
+	dvar_writer *w;
+
+	/* The replica check: R × nchunks checksums, replica-major. */
+	size_t nchunks;
+	uint32_t *sums;
+	saved_error stage_error; /* a local failure the staging run reports */
+
+	/* The part's write, inline or in the background. */
+	pthread_t thread;
+	int threaded;
+	atomic_int written;
+	saved_error local;
+	void *blob;
+	size_t blob_len;
+} save_job;
+
+static int keep(saved_error *e, int code)
+{
+	e->code = code;
+	snprintf(e->message, sizeof e->message, "%s", code ? dvar_error_last()->message : "");
+	return code;
+}
+
+static int every_worker(const save_job *j)
+{
+	return (j->flags & DVAR_SAVE_EVERY_WORKER) != 0;
+}
 
 /* ---------------------------------------------------------------- local checks */
 
@@ -83,22 +137,28 @@ static int check_unique(const item *items, size_t n)
 	return rc;
 }
 
-static int add_variable(save_state *st, item *it, dvar_variable *v, size_t i)
+static int copy_name(item *it, const char *name)
+{
+	if (!(it->name = strdup(name)))
+		return dvar_error_set(DVAR_ENOMEM, "out of memory");
+	return DVAR_OK;
+}
+
+static int add_variable(save_job *j, item *it, dvar_variable *v, size_t i)
 {
 	if (!v)
 		return dvar_error_set(DVAR_EINVAL, "variable #%zu is NULL", i);
-	if (dvar_variable_strategy(v) != st->s)
+	if (dvar_variable_strategy(v) != j->s)
 		return dvar_error_set(DVAR_EINVAL, "variable '%s' belongs to another strategy",
 		                      dvar_variable_name(v));
 	it->v = v;
-	it->name = dvar_variable_name(v);
 	it->dtype = dvar_variable_dtype(v);
 	it->shape = *dvar_variable_shape(v);
 	it->nbytes = dvar_variable_nbytes(v);
 	it->sync = dvar_variable_synchronization(v);
 	it->agg = dvar_variable_aggregation(v);
 	it->kind = it->sync == DVAR_SYNC_ON_READ ? KIND_SYNC_ON_READ : KIND_MIRRORED;
-	return DVAR_OK;
+	return copy_name(it, dvar_variable_name(v));
 }
 
 int dvar_store__check_tensor(const dvar_store_tensor *t, size_t i, dvar_shape *shape,
@@ -120,59 +180,67 @@ int dvar_store__check_tensor(const dvar_store_tensor *t, size_t i, dvar_shape *s
 	return DVAR_OK;
 }
 
-static int add_tensor(save_state *st, item *it, const dvar_store_tensor *t, size_t i)
+static int add_tensor(save_job *j, item *it, const dvar_store_tensor *t, size_t i)
 {
 	int rc = dvar_store__check_tensor(t, i, &it->shape, &it->nbytes);
 
 	if (rc != DVAR_OK)
 		return rc;
-	/* Only the chief writes plain tensors: only its data is read. */
-	if (st->worker == 0 && it->nbytes && !t->data)
+	/* Only writers read plain data: the chief, or everyone for EVERY_WORKER. */
+	if ((j->worker == 0 || every_worker(j)) && it->nbytes && !t->data)
 		return dvar_error_set(DVAR_EINVAL, "tensor '%s': data is NULL", t->name);
-	it->name = t->name;
 	it->dtype = t->dtype;
 	it->kind = KIND_PLAIN;
-	it->data = t->data;
-	return DVAR_OK;
+	it->plain = t->data;
+	return copy_name(it, t->name);
 }
 
 /* Everything this worker can check on its own, before talking to the others. */
-static int prepare(save_state *st, const char *root, dvar_variable *const *vars, size_t n,
+static int prepare(save_job *j, const char *root, dvar_variable *const *vars, size_t n,
                    const dvar_save_options *opts)
 {
 	size_t nt = opts ? opts->num_tensors : 0;
+	const unsigned int known = DVAR_SAVE_ALLOW_REPLICA_MISMATCH | DVAR_SAVE_SKIP_REPLICA_CHECK |
+	                           DVAR_SAVE_EVERY_WORKER;
 	int rc;
 
 	if (opts && opts->version != DVAR_SAVE_OPTIONS_VERSION)
 		return dvar_error_set(DVAR_EINVAL, "save options version %u, expected %u", opts->version,
 		                      DVAR_SAVE_OPTIONS_VERSION);
+	if (opts && (opts->flags & ~known))
+		return dvar_error_set(DVAR_EINVAL, "unknown save flags 0x%x", opts->flags & ~known);
 	if (!root || root[0] == '\0')
 		return dvar_error_set(DVAR_EINVAL, "no checkpoint root given");
-	if (st->step < 0)
-		return dvar_error_set(DVAR_EINVAL, "step %lld is negative", (long long)st->step);
+	if (j->step < 0)
+		return dvar_error_set(DVAR_EINVAL, "step %lld is negative", (long long)j->step);
 	if (n && !vars)
 		return dvar_error_set(DVAR_EINVAL, "%zu variables but vars is NULL", n);
 	if (nt && !opts->tensors)
 		return dvar_error_set(DVAR_EINVAL, "%zu tensors but tensors is NULL", nt);
-	if (opts && opts->write)
-		st->wopts = *opts->write;
-	if (st->worker != 0) {
-		/* Publishing and retention are the chief's, and so is reporting. */
-		st->wopts.progress = NULL;
-		st->wopts.progress_userdata = NULL;
-	}
-	if (!(st->items = calloc(n + nt ? n + nt : 1, sizeof *st->items)))
+	if (!(j->root = strdup(root)))
 		return dvar_error_set(DVAR_ENOMEM, "out of memory");
-	st->n = n + nt;
+	if (opts) {
+		j->flags = opts->flags;
+		if (opts->write)
+			j->wopts = *opts->write;
+	}
+	if (j->worker != 0 && !every_worker(j)) {
+		/* Publishing and retention are the chief's, and so is reporting. */
+		j->wopts.progress = NULL;
+		j->wopts.progress_userdata = NULL;
+	}
+	if (!(j->items = calloc(n + nt ? n + nt : 1, sizeof *j->items)))
+		return dvar_error_set(DVAR_ENOMEM, "out of memory");
+	j->n = n + nt;
 	for (size_t i = 0; i < n; i++)
-		if ((rc = add_variable(st, &st->items[i], vars[i], i)) != DVAR_OK)
+		if ((rc = add_variable(j, &j->items[i], vars[i], i)) != DVAR_OK)
 			return rc;
 	for (size_t i = 0; i < nt; i++)
-		if ((rc = add_tensor(st, &st->items[n + i], &opts->tensors[i], i)) != DVAR_OK)
+		if ((rc = add_tensor(j, &j->items[n + i], &opts->tensors[i], i)) != DVAR_OK)
 			return rc;
-	if ((rc = check_unique(st->items, st->n)) != DVAR_OK)
+	if ((rc = check_unique(j->items, j->n)) != DVAR_OK)
 		return rc;
-	return dvar_strategy_check_saveable(st->s);
+	return dvar_strategy_check_saveable(j->s);
 }
 
 /* ---------------------------------------------------------------- agreeing on the list */
@@ -218,67 +286,77 @@ static void make_token(char *token)
 		snprintf(token + 2 * i, 3, "%02x", r[i]);
 }
 
-/*
- * Round 1. Payload: the token (chief's counts) then the list's digests.
- * On success st->token is the chief's token on every worker.
- */
-static int agree_on_list(save_state *st, int rc)
+/* Round 1's payload: the token, the flags, the item count, then the digests. */
+#define LIST_HEAD (2 * TOKEN_BYTES + 16)
+
+static int compare_lists(const save_job *j, const unsigned char *all, const size_t *offs)
 {
-	size_t len = 2 * TOKEN_BYTES + 8 + 8 * st->n;
+	for (int w = 1; w < j->W; w++) {
+		const unsigned char *a = all + offs[0] + 2 * TOKEN_BYTES;
+		const unsigned char *b = all + offs[w] + 2 * TOKEN_BYTES;
+		uint64_t fa, fb, na, nb;
+
+		memcpy(&fa, a, 8);
+		memcpy(&fb, b, 8);
+		memcpy(&na, a + 8, 8);
+		memcpy(&nb, b + 8, 8);
+		if (fa != fb)
+			return dvar_error_set(DVAR_EINVAL,
+			                      "the workers save with different flags: worker 0 passes "
+			                      "0x%llx, worker %d passes 0x%llx",
+			                      (unsigned long long)fa, w, (unsigned long long)fb);
+		if (na != nb)
+			return dvar_error_set(DVAR_EINVAL,
+			                      "the workers save different lists: worker 0 passes %llu "
+			                      "variables and tensors, worker %d passes %llu",
+			                      (unsigned long long)na, w, (unsigned long long)nb);
+		for (uint64_t i = 0; i < na; i++)
+			if (memcmp(a + 16 + 8 * i, b + 16 + 8 * i, 8) != 0)
+				return dvar_error_set(DVAR_EINVAL,
+				                      "the workers save different lists: item #%llu ('%s' on "
+				                      "worker %d) differs between worker 0 and worker %d in "
+				                      "name, kind, dtype, shape, synchronization or "
+				                      "aggregation",
+				                      (unsigned long long)i,
+				                      i < j->n ? j->items[i].name : "none", j->worker, w);
+	}
+	return DVAR_OK;
+}
+
+/*
+ * Round 1. On success j->token is the chief's token on every worker (each
+ * worker's own with DVAR_SAVE_EVERY_WORKER, whose staging is its own).
+ */
+static int agree_on_list(save_job *j, int rc)
+{
+	size_t len = LIST_HEAD + 8 * j->n;
 	unsigned char *mine = rc == DVAR_OK ? malloc(len) : NULL;
 	unsigned char *all = NULL;
-	size_t *offs = malloc(((size_t)st->W + 1) * sizeof *offs);
-	uint64_t count = st->n;
+	size_t *offs = malloc(((size_t)j->W + 1) * sizeof *offs);
+	uint64_t head[2] = { j->flags, j->n };
 
 	if (rc == DVAR_OK && (!mine || !offs))
 		rc = dvar_error_set(DVAR_ENOMEM, "out of memory");
 	if (rc == DVAR_OK) {
-		if (st->worker == 0)
-			make_token(st->token);
-		memcpy(mine, st->token, 2 * TOKEN_BYTES);
-		memcpy(mine + 2 * TOKEN_BYTES, &count, 8);
-		for (size_t i = 0; i < st->n; i++) {
-			uint64_t h = digest(&st->items[i]);
+		make_token(j->token);
+		memcpy(mine, j->token, 2 * TOKEN_BYTES);
+		memcpy(mine + 2 * TOKEN_BYTES, head, 16);
+		for (size_t i = 0; i < j->n; i++) {
+			uint64_t h = digest(&j->items[i]);
 
-			memcpy(mine + 2 * TOKEN_BYTES + 8 + 8 * i, &h, 8);
+			memcpy(mine + LIST_HEAD + 8 * i, &h, 8);
 		}
 	}
-	rc = dvar_store__agree(st->s, rc, mine, rc == DVAR_OK ? len : 0, offs ? &all : NULL, offs);
+	rc = dvar_store__agree(j->s, rc, mine, rc == DVAR_OK ? len : 0, offs ? &all : NULL, offs);
 	free(mine);
 	if (rc == DVAR_OK && !offs)
 		rc = dvar_error_set(DVAR_ENOMEM, "out of memory");
-	if (rc != DVAR_OK) {
-		free(all);
-		free(offs);
-		return rc;
-	}
-	memcpy(st->token, all, 2 * TOKEN_BYTES);
-	st->token[2 * TOKEN_BYTES] = '\0';
-	/* Every worker compares every list with worker 0's: the same verdict everywhere. */
-	for (int w = 1; w < st->W && rc == DVAR_OK; w++) {
-		const unsigned char *a = all + offs[0] + 2 * TOKEN_BYTES;
-		const unsigned char *b = all + offs[w] + 2 * TOKEN_BYTES;
-		uint64_t na, nb;
-
-		memcpy(&na, a, 8);
-		memcpy(&nb, b, 8);
-		if (na != nb) {
-			rc = dvar_error_set(DVAR_EINVAL,
-			                    "the workers save different lists: worker 0 passes %llu "
-			                    "variables and tensors, worker %d passes %llu",
-			                    (unsigned long long)na, w, (unsigned long long)nb);
-			break;
-		}
-		for (uint64_t i = 0; i < na; i++)
-			if (memcmp(a + 8 + 8 * i, b + 8 + 8 * i, 8) != 0) {
-				rc = dvar_error_set(DVAR_EINVAL,
-				                    "the workers save different lists: item #%llu ('%s' on "
-				                    "worker %d) differs between worker 0 and worker %d in "
-				                    "name, kind, dtype, shape, synchronization or aggregation",
-				                    (unsigned long long)i,
-				                    i < st->n ? st->items[i].name : "none", st->worker, w);
-				break;
-			}
+	if (rc == DVAR_OK) {
+		if (!every_worker(j))
+			memcpy(j->token, all, 2 * TOKEN_BYTES);
+		j->token[2 * TOKEN_BYTES] = '\0';
+		/* Every worker compares every list with worker 0's: the same verdict everywhere. */
+		rc = compare_lists(j, all, offs);
 	}
 	free(all);
 	free(offs);
@@ -286,10 +364,10 @@ static int agree_on_list(save_state *st, int rc)
 }
 
 /* Checks that depend only on the agreed list: the same outcome everywhere. */
-static int check_saveable_kinds(const save_state *st)
+static int check_saveable_kinds(const save_job *j)
 {
-	for (size_t i = 0; i < st->n; i++) {
-		const item *it = &st->items[i];
+	for (size_t i = 0; i < j->n; i++) {
+		const item *it = &j->items[i];
 		char what[DVAR_ERROR_MESSAGE_MAX];
 		int rc;
 
@@ -333,15 +411,23 @@ static int pinned_to_chief(const item *it)
 	       (it->kind == KIND_SYNC_ON_READ && it->agg == DVAR_AGG_ONLY_FIRST_REPLICA);
 }
 
+static int reduced(const item *it)
+{
+	return it->kind == KIND_SYNC_ON_READ && it->agg != DVAR_AGG_ONLY_FIRST_REPLICA &&
+	       it->nbytes;
+}
+
 /*
  * One writer per item: pinned items on worker 0, the rest largest first
- * onto the least-loaded worker (the lowest id on ties). A function of the
- * agreed list and W alone, so every worker computes the same plan.
+ * onto the least-loaded worker (the lowest id on ties); every item on its
+ * own worker for DVAR_SAVE_EVERY_WORKER. A function of the agreed list and W
+ * alone, so every worker computes the same plan. Also numbers the checksum
+ * chunks of the values whose replicas are compared.
  */
-static int make_plan(save_state *st)
+static int make_plan(save_job *j)
 {
-	uint64_t *load = calloc((size_t)st->W, sizeof *load);
-	plan_key *keys = malloc((st->n ? st->n : 1) * sizeof *keys);
+	uint64_t *load = calloc((size_t)j->W, sizeof *load);
+	plan_key *keys = malloc((j->n ? j->n : 1) * sizeof *keys);
 	size_t k = 0;
 
 	if (!load || !keys) {
@@ -349,10 +435,18 @@ static int make_plan(save_state *st)
 		free(keys);
 		return dvar_error_set(DVAR_ENOMEM, "out of memory");
 	}
-	for (size_t i = 0; i < st->n; i++) {
-		item *it = &st->items[i];
+	for (size_t i = 0; i < j->n; i++) {
+		item *it = &j->items[i];
 
-		if (pinned_to_chief(it)) {
+		it->checked = it->kind == KIND_MIRRORED && it->nbytes &&
+		              !(j->flags & DVAR_SAVE_SKIP_REPLICA_CHECK);
+		if (it->checked) {
+			it->chunk0 = j->nchunks;
+			j->nchunks += (it->nbytes + CHECK_CHUNK - 1) / CHECK_CHUNK;
+		}
+		if (every_worker(j)) {
+			it->writer = j->worker;
+		} else if (pinned_to_chief(it)) {
 			it->writer = 0;
 			load[0] += it->nbytes;
 		} else {
@@ -361,86 +455,236 @@ static int make_plan(save_state *st)
 		}
 	}
 	qsort(keys, k, sizeof *keys, plan_cmp);
-	for (size_t j = 0; j < k; j++) {
+	for (size_t q = 0; q < k; q++) {
 		int best = 0;
 
-		for (int w = 1; w < st->W; w++)
+		for (int w = 1; w < j->W; w++)
 			if (load[w] < load[best])
 				best = w;
-		st->items[keys[j].index].writer = best;
-		load[best] += keys[j].bytes;
+		j->items[keys[q].index].writer = best;
+		load[best] += keys[q].bytes;
 	}
 	free(load);
 	free(keys);
 	return DVAR_OK;
 }
 
-/* ---------------------------------------------------------------- values */
+/* ---------------------------------------------------------------- staging */
 
-struct reduce_job {
-	dvar_variable *v;
-	dvar_reduce_op op;
-	unsigned char *out; /* this worker's result, or NULL when it only takes part */
-};
+/* Staging buffers: what this worker writes and cannot borrow. */
+static int allocate_staging(save_job *j)
+{
+	if (j->nchunks && !(j->sums = malloc((size_t)j->R * j->nchunks * sizeof *j->sums)))
+		return dvar_error_set(DVAR_ENOMEM, "out of memory");
+	for (size_t i = 0; i < j->n; i++) {
+		item *it = &j->items[i];
+
+		if (it->writer != j->worker || it->nbytes == 0)
+			continue;
+		/* A synchronous save reads mirrored values and plain data in
+		 * place; the aggregates always need a buffer. */
+		if ((j->async || reduced(it)) && !(it->owned = malloc(it->nbytes)))
+			return dvar_error_set(DVAR_ENOMEM, "saving '%s': out of memory (%zu bytes)",
+			                      it->name, it->nbytes);
+	}
+	return DVAR_OK;
+}
+
+/* Checksum src in CHECK_CHUNK pieces into sums, copying it to dst on the
+ * way when dst is not NULL (block by block, while each is in cache). */
+static void checksum_copy(uint32_t *sums, unsigned char *dst, const unsigned char *src, size_t n)
+{
+	for (size_t off = 0; off < n; off += CHECK_CHUNK) {
+		size_t len = n - off < CHECK_CHUNK ? n - off : CHECK_CHUNK;
+		uint32_t crc = 0;
+
+		for (size_t b = 0; b < len; b += COPY_BLOCK) {
+			size_t bl = len - b < COPY_BLOCK ? len - b : COPY_BLOCK;
+
+			if (dst)
+				memcpy(dst + off + b, src + off + b, bl);
+			crc = dvar_crc32c_extend(crc, src + off + b, bl);
+		}
+		*sums++ = crc;
+	}
+}
 
 /*
- * OnReadPolicy._get_cross_replica for SUM and MEAN, as dvar_variable_read
- * computes it (the same collective, the same bytes), but from replica
- * context: it reads each replica's own component, so an open function scope
- * is not marked (TF saves in a save context, where nothing is marked).
+ * The staging run, on every replica: the SUM and MEAN aggregates (TF's
+ * OnReadPolicy._get_cross_replica, the same collective and bytes as
+ * dvar_variable_read cross-replica, but from replica context, so an open
+ * function scope is not marked: TF saves in a save context), the checksums
+ * of this replica's mirrored components, and local replica 0's copies.
  */
-static int reduce_replica(dvar_replica *ctx, void *arg)
+static int stage_replica(dvar_replica *ctx, void *arg)
 {
-	const struct reduce_job *j = arg;
-	size_t nbytes = dvar_variable_nbytes(j->v);
-	size_t count = nbytes / dvar_dtype_size(dvar_variable_dtype(j->v));
-	int keep = dvar_replica_local_id(ctx) == 0 && j->out;
-	unsigned char *buf = keep ? j->out : malloc(nbytes);
-	int rc;
+	save_job *j = arg;
+	int local = dvar_replica_local_id(ctx);
+	int rc = DVAR_OK;
 
-	if (!buf)
-		return dvar_error_set(DVAR_ENOMEM, "reading variable '%s': out of memory",
-		                      dvar_variable_name(j->v));
-	rc = dvar_variable_read(j->v, ctx, buf, nbytes);
-	if (rc == DVAR_OK)
-		rc = dvar_replica_all_reduce(ctx, j->op, dvar_variable_dtype(j->v), buf, buf, count);
-	if (!keep)
-		free(buf);
+	if (j->stage_error.code != DVAR_OK)
+		return dvar_error_set(j->stage_error.code, "%s", j->stage_error.message);
+	for (size_t i = 0; i < j->n && rc == DVAR_OK; i++) {
+		item *it = &j->items[i];
+		int keeper = local == 0 && it->writer == j->worker;
+
+		if (reduced(it)) {
+			unsigned char *buf = keeper ? it->owned : malloc(it->nbytes);
+			dvar_reduce_op op = it->agg == DVAR_AGG_MEAN ? DVAR_REDUCE_MEAN : DVAR_REDUCE_SUM;
+
+			if (!buf)
+				return dvar_error_set(DVAR_ENOMEM, "saving '%s': out of memory",
+				                      it->name);
+			rc = dvar_variable_read(it->v, ctx, buf, it->nbytes);
+			if (rc == DVAR_OK)
+				rc = dvar_replica_all_reduce(ctx, op, it->dtype, buf, buf,
+				                             it->nbytes / dvar_dtype_size(it->dtype));
+			if (!keeper)
+				free(buf);
+			if (rc != DVAR_OK)
+				rc = dvar_error_prefix("saving '%s'", it->name);
+		} else if (it->kind != KIND_PLAIN && it->nbytes) {
+			const unsigned char *src = dvar_variable__component(it->v, local);
+			unsigned char *dst = keeper ? it->owned : NULL;
+
+			if (it->checked)
+				checksum_copy(j->sums + (size_t)local * j->nchunks + it->chunk0, dst, src,
+				              it->nbytes);
+			else if (dst)
+				memcpy(dst, src, it->nbytes);
+		}
+	}
 	return rc;
 }
 
-/*
- * The bytes of item it, in *data (*owned when they must be freed), for the
- * writer. ON_READ SUM and MEAN have been reduced into *owned by the caller.
- */
-static int value_of(const item *it, const void **data, unsigned char **owned)
+/* After the staging run: where the writer reads each of its items from. */
+static void point_at_data(save_job *j)
 {
 	static const unsigned char empty[1];
 
-	if (it->nbytes == 0) {
-		*data = empty;
-		return DVAR_OK;
+	for (size_t i = 0; i < j->n; i++) {
+		item *it = &j->items[i];
+
+		if (it->writer != j->worker)
+			continue;
+		if (it->nbytes == 0)
+			it->data = empty;
+		else if (it->owned)
+			it->data = it->owned;
+		else if (it->kind == KIND_PLAIN)
+			it->data = it->plain;
+		else
+			/* Mirrored: the primary (TF's read_var). ONLY_FIRST_REPLICA:
+			 * replica 0's value, this worker's primary. */
+			it->data = dvar_variable__component(it->v, 0);
+		if (it->kind == KIND_PLAIN && it->owned)
+			memcpy(it->owned, it->plain, it->nbytes);
 	}
-	if (it->kind == KIND_PLAIN) {
-		*data = it->data;
-		return DVAR_OK;
-	}
-	if (*owned) {
-		*data = *owned;
-		return DVAR_OK;
-	}
-	/* Mirrored: the primary (TF's read_var). ONLY_FIRST_REPLICA: replica
-	 * 0's value, which is this worker's primary (the plan puts it on worker
-	 * 0). Neither needs the other workers. */
-	if (!(*owned = malloc(it->nbytes)))
-		return dvar_error_set(DVAR_ENOMEM, "saving '%s': out of memory", it->name);
-	*data = *owned;
-	return dvar_variable_read_local(it->v, 0, *owned, it->nbytes);
 }
 
-static int add_item(dvar_writer *w, const item *it, const void *data)
+/* ---------------------------------------------------------------- the replica check */
+
+/*
+ * Round 3's payload: for every checked item, the first local replica that
+ * differs from this worker's primary and the chunk where (-1, -1 when none),
+ * then this worker's primary checksums.
+ */
+static unsigned char *check_payload(const save_job *j, size_t *len)
 {
-	int rc = dvar_writer_add(w, it->name, it->dtype, &it->shape, NULL, data);
+	size_t nchecked = 0;
+	unsigned char *p, *q;
+
+	for (size_t i = 0; i < j->n; i++)
+		nchecked += j->items[i].checked;
+	*len = 16 * nchecked + 4 * j->nchunks;
+	if (!(p = malloc(*len ? *len : 1)))
+		return NULL;
+	q = p;
+	for (size_t i = 0; i < j->n; i++) {
+		const item *it = &j->items[i];
+		size_t chunks = (it->nbytes + CHECK_CHUNK - 1) / CHECK_CHUNK;
+		int64_t bad[2] = { -1, -1 };
+
+		if (!it->checked)
+			continue;
+		for (int r = 1; r < j->R && bad[0] < 0; r++)
+			for (size_t c = 0; c < chunks; c++)
+				if (j->sums[(size_t)r * j->nchunks + it->chunk0 + c] !=
+				    j->sums[it->chunk0 + c]) {
+					bad[0] = r;
+					bad[1] = (int64_t)c;
+					break;
+				}
+		memcpy(q, bad, 16);
+		q += 16;
+	}
+	if (j->nchunks)
+		memcpy(q, j->sums, 4 * j->nchunks);
+	return p;
+}
+
+static int report_mismatch(const save_job *j, const item *it, int replica, int against,
+                           int64_t chunk)
+{
+	uint64_t lo = (uint64_t)chunk * CHECK_CHUNK;
+	uint64_t hi = lo + CHECK_CHUNK < it->nbytes ? lo + CHECK_CHUNK : it->nbytes;
+
+	return dvar_error_set(DVAR_EMISMATCH,
+	                      "mirrored variable '%s': replica %d (worker %d) differs from "
+	                      "replica %d (worker %d) in bytes [%llu, %llu); pass "
+	                      "DVAR_SAVE_ALLOW_REPLICA_MISMATCH to save the primary anyway",
+	                      it->name, replica, replica / j->R, against, against / j->R,
+	                      (unsigned long long)lo, (unsigned long long)hi);
+}
+
+/*
+ * Every worker judges every worker's report the same way: the first item
+ * (in list order) whose replicas differ, within a worker or between a
+ * worker's primary and worker 0's. With DVAR_SAVE_ALLOW_REPLICA_MISMATCH
+ * such items are only marked.
+ */
+static int judge_replicas(save_job *j, const unsigned char *all, const size_t *offs)
+{
+	size_t slot = 0;
+
+	for (size_t i = 0; i < j->n; i++) {
+		item *it = &j->items[i];
+		size_t chunks = (it->nbytes + CHECK_CHUNK - 1) / CHECK_CHUNK;
+		size_t nchecked_bytes;
+
+		if (!it->checked)
+			continue;
+		nchecked_bytes = (offs[1] - offs[0]) - 4 * j->nchunks;
+		for (int w = 0; w < j->W && !it->mismatch; w++) {
+			const unsigned char *base = all + offs[w];
+			const unsigned char *sums0 = all + offs[0] + nchecked_bytes;
+			const unsigned char *sums = base + nchecked_bytes;
+			int64_t bad[2];
+
+			memcpy(bad, base + 16 * slot, 16);
+			if (bad[0] >= 0) {
+				it->mismatch = 1;
+				if (!(j->flags & DVAR_SAVE_ALLOW_REPLICA_MISMATCH))
+					return report_mismatch(j, it, w * j->R + (int)bad[0], w * j->R,
+					                       bad[1]);
+			}
+			for (size_t c = 0; c < chunks && w > 0 && !it->mismatch; c++)
+				if (memcmp(sums + 4 * (it->chunk0 + c), sums0 + 4 * (it->chunk0 + c), 4)) {
+					it->mismatch = 1;
+					if (!(j->flags & DVAR_SAVE_ALLOW_REPLICA_MISMATCH))
+						return report_mismatch(j, it, w * j->R, 0, (int64_t)c);
+				}
+		}
+		slot++;
+	}
+	return DVAR_OK;
+}
+
+/* ---------------------------------------------------------------- writing a part */
+
+static int add_item(dvar_writer *w, const item *it)
+{
+	int rc = dvar_writer_add(w, it->name, it->dtype, &it->shape, NULL, it->data);
 
 	if (rc == DVAR_OK)
 		rc = dvar_writer_set_attr(w, it->name, DVAR_STORE_ATTR_KIND, kind_names[it->kind]);
@@ -450,167 +694,308 @@ static int add_item(dvar_writer *w, const item *it, const void *data)
 	if (rc == DVAR_OK && it->kind != KIND_PLAIN)
 		rc = dvar_writer_set_attr(w, it->name, DVAR_STORE_ATTR_AGGREGATION,
 		                          dvar_store__agg_name(it->agg));
+	if (rc == DVAR_OK && it->mismatch)
+		rc = dvar_writer_set_attr(w, it->name, DVAR_STORE_ATTR_REPLICA_CHECK, "mismatch");
 	return rc;
+}
+
+/* This worker's items into its part, then the part's entries: no MPI, so
+ * it may run in the background while the coordinator goes on. */
+static void *write_part(void *arg)
+{
+	save_job *j = arg;
+	int rc = DVAR_OK;
+
+	for (size_t i = 0; i < j->n && rc == DVAR_OK; i++)
+		if (j->items[i].writer == j->worker)
+			rc = add_item(j->w, &j->items[i]);
+	if (rc == DVAR_OK)
+		rc = dvar_writer_finish_part(j->w, &j->blob, &j->blob_len);
+	keep(&j->local, rc);
+	atomic_store(&j->written, 1);
+	return NULL;
+}
+
+/* ---------------------------------------------------------------- the job */
+
+static void job_free(save_job *j)
+{
+	if (!j)
+		return;
+	dvar_writer_free(j->w);
+	for (size_t i = 0; i < j->n; i++) {
+		free(j->items[i].name);
+		free(j->items[i].owned);
+	}
+	free(j->items);
+	free(j->sums);
+	free(j->blob);
+	free(j->root);
+	free(j);
+}
+
+/* Who removes this save's staging directory after a failure. */
+static int cleans_up(const save_job *j)
+{
+	return j->worker == 0 || every_worker(j);
+}
+
+static void abort_staging(save_job *j)
+{
+	/* Never touches a committed checkpoint: only this token's staging. */
+	if (cleans_up(j))
+		dvar_writer_abort_step_parts(j->root, j->step, j->token);
+}
+
+static int new_job(save_job **out, dvar_strategy *s, int64_t step, int async)
+{
+	dvar_write_options defaults = DVAR_WRITE_OPTIONS_INIT;
+	save_job *j = calloc(1, sizeof *j);
+
+	*out = j;
+	if (!j)
+		return dvar_error_set(DVAR_ENOMEM, "out of memory");
+	j->s = s;
+	j->step = step;
+	j->async = async;
+	j->W = dvar_strategy_num_workers(s);
+	j->R = dvar_strategy_num_replicas_in_sync(s) / j->W;
+	j->worker = dvar_strategy_worker_id(s);
+	j->wopts = defaults;
+	atomic_init(&j->written, 0);
+	return DVAR_OK;
 }
 
 /*
- * Round 3's work: compute and write this worker's items, taking part in
- * every aggregate even after a failure of its own. Returns this worker's
- * status. A failed aggregate fails on every worker alike, and all of them
- * stop there.
+ * Rounds 1 to 3, then this worker's part written (inline, or started in the
+ * background). Returns the agreed status; on failure nothing is left behind
+ * and the job may be freed.
  */
-static int write_items(save_state *st, dvar_writer *w)
+static int begin(save_job *j, const char *root, dvar_variable *const *vars, size_t n,
+                 const dvar_save_options *opts)
 {
-	int rc = DVAR_OK;
+	unsigned char *payload = NULL, *all = NULL;
+	size_t len = 0, *offs = NULL;
+	int rc, opened;
 
-	for (size_t i = 0; i < st->n; i++) {
-		const item *it = &st->items[i];
-		int mine = it->writer == st->worker;
-		unsigned char *owned = NULL;
-		const void *data = NULL;
+	/* Round 1: checks, token, the same list everywhere. */
+	rc = agree_on_list(j, prepare(j, root, vars, n, opts));
+	if (rc == DVAR_OK)
+		rc = check_saveable_kinds(j);
+	if (rc == DVAR_OK)
+		rc = make_plan(j);
+	if (rc != DVAR_OK)
+		return rc; /* the same verdict everywhere; nothing was created */
 
-		if (it->kind == KIND_SYNC_ON_READ && it->agg != DVAR_AGG_ONLY_FIRST_REPLICA &&
-		    it->nbytes) {
-			struct reduce_job job = { it->v, it->agg == DVAR_AGG_MEAN ? DVAR_REDUCE_MEAN
-			                                                          : DVAR_REDUCE_SUM,
-				                  NULL };
-			int rrc;
+	/* Round 2: aggregates, checksums and copies, in one replica run. A
+	 * local failure travels into the run, which then fails everywhere. */
+	keep(&j->stage_error, allocate_staging(j));
+	if ((rc = dvar_strategy_run(j->s, stage_replica, j)) != DVAR_OK)
+		return rc;
+	point_at_data(j);
 
-			/* Every worker takes part; a worker that failed already
-			 * drops the result. */
-			if (mine && rc == DVAR_OK && !(owned = malloc(it->nbytes)))
-				rc = dvar_error_set(DVAR_ENOMEM, "saving '%s': out of memory", it->name);
-			job.out = owned;
-			rrc = dvar_strategy_run(st->s, reduce_replica, &job);
-			if (rrc != DVAR_OK) {
-				/* A failed run fails on every worker: all stop here. */
-				free(owned);
-				return dvar_error_prefix("saving '%s'", it->name);
-			}
-		}
-		if (mine && rc == DVAR_OK) {
-			rc = value_of(it, &data, &owned);
-			if (rc == DVAR_OK)
-				rc = add_item(w, it, data);
-		}
-		free(owned);
+	/* Round 3: every worker opens its part; the replica verdict. */
+	rc = every_worker(j) ? dvar_writer_open_step_part(&j->w, j->root, j->step, j->token, 0, 1,
+	                                                  &j->wopts)
+	                     : dvar_writer_open_step_part(&j->w, j->root, j->step, j->token,
+	                                                  j->worker, j->W, &j->wopts);
+	opened = rc == DVAR_OK;
+	if (rc == DVAR_OK && !(payload = check_payload(j, &len)))
+		rc = dvar_error_set(DVAR_ENOMEM, "out of memory");
+	if (rc == DVAR_OK && !(offs = malloc(((size_t)j->W + 1) * sizeof *offs)))
+		rc = dvar_error_set(DVAR_ENOMEM, "out of memory");
+	rc = dvar_store__agree(j->s, rc, payload, len, offs ? &all : NULL, offs);
+	if (rc == DVAR_OK)
+		rc = judge_replicas(j, all, offs);
+	free(payload);
+	free(all);
+	free(offs);
+	if (rc != DVAR_OK) {
+		/* Nobody wrote data yet; the chief's open may have created the
+		 * staging directory another worker's open failed in. */
+		dvar_writer_free(j->w);
+		j->w = NULL;
+		if (opened || j->worker == 0)
+			abort_staging(j);
+		return rc;
 	}
-	return rc;
+
+	if (j->async && pthread_create(&j->thread, NULL, write_part, j) == 0)
+		j->threaded = 1;
+	else
+		write_part(j); /* synchronous, or no thread to be had: the stall is longer */
+	return DVAR_OK;
 }
 
-/* ---------------------------------------------------------------- the save */
-
-static int commit(save_state *st, dvar_writer *w, const unsigned char *blobs, const size_t *offs)
+static int commit(save_job *j, const unsigned char *blobs, const size_t *offs)
 {
-	const void **ptrs = malloc((size_t)st->W * sizeof *ptrs);
-	size_t *lens = malloc((size_t)st->W * sizeof *lens);
+	const void **ptrs = malloc((size_t)j->W * sizeof *ptrs);
+	size_t *lens = malloc((size_t)j->W * sizeof *lens);
 	int rc;
 
 	if (!ptrs || !lens) {
 		rc = dvar_error_set(DVAR_ENOMEM, "out of memory");
+	} else if (every_worker(j)) {
+		ptrs[0] = j->blob;
+		lens[0] = j->blob_len;
+		rc = dvar_writer_commit_parts(j->w, ptrs, lens, 1);
 	} else {
-		for (int p = 0; p < st->W; p++) {
+		for (int p = 0; p < j->W; p++) {
 			ptrs[p] = blobs + offs[p];
 			lens[p] = offs[p + 1] - offs[p];
 		}
-		rc = dvar_writer_commit_parts(w, ptrs, lens, st->W);
+		rc = dvar_writer_commit_parts(j->w, ptrs, lens, j->W);
 	}
 	free(ptrs);
 	free(lens);
 	return rc;
 }
 
-/* Keep a message across later calls that overwrite the error record. */
-typedef struct {
-	int code;
-	char message[DVAR_ERROR_MESSAGE_MAX];
-} saved_error;
-
-static int keep(saved_error *e, int code)
+/* Rounds 4 and 5 (collective): the parts to the chief, the commit, the
+ * same status everywhere. */
+static int finish(save_job *j)
 {
-	e->code = code;
-	snprintf(e->message, sizeof e->message, "%s", code ? dvar_error_last()->message : "");
-	return code;
-}
-
-static int save(save_state *st, const char *root, dvar_variable *const *vars, size_t n,
-                const dvar_save_options *opts)
-{
-	dvar_writer *w = NULL;
-	void *blob = NULL;
 	unsigned char *blobs = NULL;
-	size_t blob_len = 0, *offs = NULL;
+	size_t *offs = NULL;
 	saved_error failed = { DVAR_OK, "" };
-	int rc, rc_local = DVAR_OK, rc_commit = DVAR_OK;
+	int rc, rc_local, rc_commit = DVAR_OK;
 
-	/* Round 1: checks, token, the same list everywhere. */
-	rc = agree_on_list(st, prepare(st, root, vars, n, opts));
-	if (rc == DVAR_OK)
-		rc = check_saveable_kinds(st);
-	if (rc != DVAR_OK)
-		return rc; /* the same verdict everywhere; nothing was created */
-
-	/* Round 2: every worker plans and opens its part. */
-	rc = make_plan(st);
-	if (rc == DVAR_OK)
-		rc = dvar_writer_open_step_part(&w, root, st->step, st->token, st->worker, st->W,
-		                                &st->wopts);
-	keep(&failed, dvar_store__agree(st->s, rc, NULL, 0, NULL, NULL));
-
-	/* Round 3: values, parts, entries to the chief. */
-	if (failed.code == DVAR_OK) {
-		rc_local = write_items(st, w);
-		if (rc_local == DVAR_OK)
-			rc_local = dvar_writer_finish_part(w, &blob, &blob_len);
-	}
+	if (j->threaded)
+		pthread_join(j->thread, NULL);
+	j->threaded = 0;
+	rc_local = j->local.code;
+	if (rc_local != DVAR_OK)
+		dvar_error_set(rc_local, "%s", j->local.message);
 	/* No part writes any more once its worker is past here. */
-	if (st->worker != 0 || rc_local != DVAR_OK) {
-		dvar_writer_free(w);
-		w = NULL;
+	if (!cleans_up(j) || rc_local != DVAR_OK) {
+		dvar_writer_free(j->w);
+		j->w = NULL;
 	}
-	if (!(offs = malloc(((size_t)st->W + 1) * sizeof *offs)) && rc_local == DVAR_OK)
+	if (!(offs = malloc(((size_t)j->W + 1) * sizeof *offs)) && rc_local == DVAR_OK)
 		rc_local = dvar_error_set(DVAR_ENOMEM, "out of memory");
-	rc = dvar_store__agree(st->s, rc_local, blob, blob_len, offs ? &blobs : NULL, offs);
-	free(blob);
-	if (failed.code == DVAR_OK)
-		keep(&failed, rc);
+	/* With EVERY_WORKER the blobs stay home: only the verdict travels. */
+	rc = dvar_store__agree(j->s, rc_local, every_worker(j) ? NULL : j->blob,
+	                       every_worker(j) ? 0 : j->blob_len, offs ? &blobs : NULL, offs);
+	keep(&failed, rc);
 
-	/* Round 4: the chief commits, or cleans up after a failure anywhere. */
-	if (st->worker == 0) {
+	if (cleans_up(j)) {
 		if (failed.code == DVAR_OK)
-			rc_commit = commit(st, w, blobs, offs);
-		/* Never touches a committed checkpoint: only this token's staging. */
+			rc_commit = commit(j, blobs, offs);
 		if (failed.code != DVAR_OK || rc_commit != DVAR_OK)
-			dvar_writer_abort_step_parts(root, st->step, st->token);
-		dvar_writer_free(w);
+			abort_staging(j);
 	}
 	free(blobs);
 	free(offs);
-	rc = dvar_store__agree(st->s, rc_commit, NULL, 0, NULL, NULL);
+	rc = dvar_store__agree(j->s, rc_commit, NULL, 0, NULL, NULL);
 	if (failed.code != DVAR_OK)
 		return dvar_error_set(failed.code, "%s", failed.message);
+	return rc;
+}
+
+/* ---------------------------------------------------------------- the calls */
+
+static int save_error(int rc, int64_t step, const char *root)
+{
+	if (rc == DVAR_OK)
+		return rc;
+	return dvar_error_prefix("saving step %lld to '%s'", (long long)step, root ? root : "(null)");
+}
+
+static void discard_pending(void *p)
+{
+	save_job *j = p;
+
+	if (j->threaded)
+		pthread_join(j->thread, NULL);
+	dvar_writer_free(j->w);
+	j->w = NULL;
+	abort_staging(j);
+	job_free(j);
+}
+
+/* Finish the pending asynchronous save, if any (collective). */
+static int finish_pending(dvar_strategy *s)
+{
+	save_job *j = dvar_strategy__store_slot(s);
+	int rc;
+
+	if (!j)
+		return DVAR_OK;
+	dvar_strategy__set_store_slot(s, NULL, NULL);
+	rc = save_error(finish(j), j->step, j->root);
+	job_free(j);
+	return rc;
+}
+
+static int start_save(dvar_strategy *s, const char *root, int64_t step,
+                      dvar_variable *const *vars, size_t n, const dvar_save_options *opts,
+                      int async)
+{
+	save_job *j = NULL;
+	int rc;
+
+	if (!s)
+		return dvar_error_set(DVAR_EINVAL, "%s: strategy is NULL",
+		                      async ? "dvar_save_async" : "dvar_save");
+	if ((rc = finish_pending(s)) != DVAR_OK)
+		return dvar_error_prefix("step %lld was not saved", (long long)step);
+	if ((rc = new_job(&j, s, step, async)) != DVAR_OK) {
+		/* Round 1 still happens here, so that no peer waits for us. */
+		rc = dvar_store__agree(s, rc, NULL, 0, NULL, NULL);
+		return save_error(rc, step, root);
+	}
+	rc = begin(j, root, vars, n, opts);
+	if (rc == DVAR_OK && async) {
+		dvar_strategy__set_store_slot(s, j, discard_pending);
+		return DVAR_OK;
+	}
+	if (rc == DVAR_OK)
+		rc = finish(j);
+	rc = save_error(rc, step, root);
+	job_free(j);
 	return rc;
 }
 
 int dvar_save(dvar_strategy *s, const char *root, int64_t step, dvar_variable *const *vars,
               size_t n, const dvar_save_options *opts)
 {
-	dvar_write_options defaults = DVAR_WRITE_OPTIONS_INIT;
-	save_state st;
-	int rc;
+	return start_save(s, root, step, vars, n, opts, 0);
+}
 
+int dvar_save_async(dvar_strategy *s, const char *root, int64_t step,
+                    dvar_variable *const *vars, size_t n, const dvar_save_options *opts)
+{
+	return start_save(s, root, step, vars, n, opts, 1);
+}
+
+int dvar_save_wait(dvar_strategy *s)
+{
 	if (!s)
-		return dvar_error_set(DVAR_EINVAL, "dvar_save: strategy is NULL");
-	memset(&st, 0, sizeof st);
-	st.s = s;
-	st.step = step;
-	st.W = dvar_strategy_num_workers(s);
-	st.worker = dvar_strategy_worker_id(s);
-	st.wopts = defaults;
-	rc = save(&st, root, vars, n, opts);
-	free(st.items);
-	if (rc != DVAR_OK)
-		return dvar_error_prefix("saving step %lld to '%s'", (long long)step,
-		                         root ? root : "(null)");
-	return DVAR_OK;
+		return dvar_error_set(DVAR_EINVAL, "dvar_save_wait: strategy is NULL");
+	return finish_pending(s);
+}
+
+int dvar_save_poll(dvar_strategy *s, int *done)
+{
+	save_job *j;
+	unsigned char mine, *all = NULL;
+	int rc, every = 1;
+
+	if (!s || !done)
+		return dvar_error_set(DVAR_EINVAL, "dvar_save_poll: %s is NULL", s ? "done" : "strategy");
+	*done = 0;
+	if (!(j = dvar_strategy__store_slot(s))) {
+		*done = 1;
+		return DVAR_OK;
+	}
+	mine = (unsigned char)atomic_load(&j->written);
+	if ((rc = dvar_store__all_gather(s, &mine, 1, &all, NULL)) != DVAR_OK)
+		return rc;
+	for (int w = 0; w < j->W; w++)
+		every &= all[w];
+	free(all);
+	if (!every)
+		return DVAR_OK;
+	*done = 1;
+	return finish_pending(s);
 }

@@ -48,7 +48,8 @@ typedef enum {
 	DVAR_ESHAPE = -9,    /**< shapes or slices do not fit together */
 	DVAR_ECOMM = -10,    /**< a collective or a peer worker failed */
 	DVAR_EDEVICE = -11,  /**< an accelerator call failed */
-	DVAR_ENOTSUPP = -12  /**< the feature is not compiled in or not supported */
+	DVAR_ENOTSUPP = -12, /**< the feature is not compiled in or not supported */
+	DVAR_EMISMATCH = -13 /**< copies that must be equal differ (mirrored replicas) */
 } dvar_code;
 
 /** The last error on this thread. message is never NULL ("" after success). */

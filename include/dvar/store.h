@@ -33,6 +33,9 @@ DVAR_BEGIN_DECL
 #define DVAR_STORE_ATTR_KIND "kind"                       /**< "mirrored", "sync_on_read", "plain" */
 #define DVAR_STORE_ATTR_SYNCHRONIZATION "synchronization" /**< "ON_WRITE", "ON_READ" */
 #define DVAR_STORE_ATTR_AGGREGATION "aggregation" /**< "NONE", "SUM", "MEAN", "ONLY_FIRST_REPLICA" */
+/** Set to "mismatch" when mirrored replicas differed and the primary was
+ *  saved anyway (DVAR_SAVE_ALLOW_REPLICA_MISMATCH); absent otherwise. */
+#define DVAR_STORE_ATTR_REPLICA_CHECK "replica_check"
 
 /**
  * A plain (non-distributed) named tensor saved next to the variables, such
@@ -55,7 +58,27 @@ typedef struct {
 	const dvar_write_options *write;
 	const dvar_store_tensor *tensors; /**< plain tensors to save too; may be NULL */
 	size_t num_tensors;
+	unsigned int flags;              /**< DVAR_SAVE_* */
 } dvar_save_options;
+
+/**
+ * Mirrored replicas that differ are saved anyway: the primary's value, with
+ * the attribute "replica_check" = "mismatch" on the entry. Without this
+ * flag a mismatch fails the save, naming the variable, the replica and the
+ * first differing byte range.
+ */
+#define DVAR_SAVE_ALLOW_REPLICA_MISMATCH (1u << 0)
+/** Do not compare mirrored replicas at all (the check costs one read of
+ *  every replica; see docs/STORE.md). */
+#define DVAR_SAVE_SKIP_REPLICA_CHECK (1u << 1)
+/**
+ * TensorFlow's documented pattern: every worker writes a complete checkpoint
+ * of its own into its own root (the roots must differ), and commits it
+ * itself. Values are the same as in a shared save (the aggregates are still
+ * collective), except ONLY_FIRST_REPLICA and plain tensors, which each
+ * worker takes from its own local replica 0 and its own buffer.
+ */
+#define DVAR_SAVE_EVERY_WORKER (1u << 2)
 
 #define DVAR_SAVE_OPTIONS_VERSION 1
 #define DVAR_SAVE_OPTIONS_INIT { .version = DVAR_SAVE_OPTIONS_VERSION }
@@ -81,6 +104,41 @@ typedef struct {
  */
 DVAR_EXTERN(int) dvar_save(dvar_strategy *s, const char *root, int64_t step,
                            dvar_variable *const *vars, size_t n, const dvar_save_options *opts);
+
+/**
+ * Collective: dvar_save, but return as soon as this worker's share of the
+ * state is copied to host staging buffers (and the replicas are checked);
+ * compression and writing go on in a background thread while the caller
+ * changes the variables. Errors found before the return (arguments, lists,
+ * an unsaveable scope, a replica mismatch) are returned at once, the same on
+ * every worker, and nothing is written.
+ *
+ * Only one save is pending per strategy: dvar_save and dvar_save_async first
+ * finish the pending one (dvar_save_wait); when that failed, they return its
+ * error ("the asynchronous save of step N failed: ...") and start nothing.
+ * The checkpoint is committed by the collective dvar_save_wait or
+ * dvar_save_poll, never by the background thread alone: committing needs
+ * every worker's part. dvar_strategy_free discards a save still pending.
+ */
+DVAR_EXTERN(int) dvar_save_async(dvar_strategy *s, const char *root, int64_t step,
+                                 dvar_variable *const *vars, size_t n,
+                                 const dvar_save_options *opts);
+
+/**
+ * Collective: wait until every worker has written its part of the pending
+ * asynchronous save, commit it, and return its final status (the same on
+ * every worker). DVAR_OK when no save is pending.
+ */
+DVAR_EXTERN(int) dvar_save_wait(dvar_strategy *s);
+
+/**
+ * Collective and non-blocking: when every worker has finished writing its
+ * part of the pending save, commit it as dvar_save_wait does and set *done
+ * to 1 (and return that save's status); otherwise set *done to 0 and return
+ * DVAR_OK at once. *done is 1 when no save is pending. Cheap enough (one
+ * small all-gather) to call every training step.
+ */
+DVAR_EXTERN(int) dvar_save_poll(dvar_strategy *s, int *done);
 
 typedef struct {
 	unsigned int version;            /**< DVAR_RESTORE_OPTIONS_VERSION */
@@ -115,6 +173,72 @@ typedef struct {
  */
 DVAR_EXTERN(int) dvar_restore(dvar_strategy *s, const char *path, dvar_variable *const *vars,
                               size_t n, const dvar_restore_options *opts);
+
+/* ------------------------------------------------------------ checkpoint manager */
+
+/**
+ * A checkpoint manager: the training loop's view of one root. It saves a
+ * fixed list of variables every K steps, keeps the last N checkpoints, and
+ * restores the latest one or a given step. Every call is collective.
+ */
+typedef struct dvar_checkpoint_manager dvar_checkpoint_manager;
+
+typedef struct {
+	unsigned int version;    /**< DVAR_MANAGER_OPTIONS_VERSION */
+	int64_t save_every;      /**< K: dvar_manager_step saves when step % K == 0; 0 means 1 */
+	int keep_last;           /**< N: checkpoints kept under the root; 0 = all */
+	int async;               /**< 1: save with dvar_save_async; dvar_manager_step polls */
+	/** Passed to every save (its write->keep_last is replaced by keep_last);
+	 *  NULL for the defaults. Copied by dvar_manager_open; the tensors and
+	 *  their data are borrowed until dvar_manager_free. */
+	const dvar_save_options *save;
+	/** Passed to every restore; NULL for the defaults. Copied likewise. */
+	const dvar_restore_options *restore;
+} dvar_manager_options;
+
+#define DVAR_MANAGER_OPTIONS_VERSION 1
+#define DVAR_MANAGER_OPTIONS_INIT { .version = DVAR_MANAGER_OPTIONS_VERSION }
+
+/** dvar_manager_restore's step: the root's latest checkpoint. */
+#define DVAR_MANAGER_LATEST (-1)
+
+/**
+ * Collective: a manager for root (created when missing) saving vars[0..n).
+ * The array is copied; the variables are borrowed and must outlive it.
+ * @param opts NULL for defaults (save every step, keep all, synchronous)
+ */
+DVAR_EXTERN(int) dvar_manager_open(dvar_checkpoint_manager **out, dvar_strategy *s,
+                                   const char *root, dvar_variable *const *vars, size_t n,
+                                   const dvar_manager_options *opts);
+
+/**
+ * Collective: call once per training step. Saves when step % K == 0
+ * (*saved = 1, may be NULL) unless step was saved already; otherwise, with
+ * async, commits a pending save whose parts are all written. Returns the
+ * status of what it did, including a pending save's failure.
+ */
+DVAR_EXTERN(int) dvar_manager_step(dvar_checkpoint_manager *m, int64_t step, int *saved);
+
+/** Collective: save step now, whatever K (a final save, say). */
+DVAR_EXTERN(int) dvar_manager_save(dvar_checkpoint_manager *m, int64_t step);
+
+/**
+ * Collective: finish any pending save, then restore step (or
+ * DVAR_MANAGER_LATEST) into the variables; *restored (may be NULL) gets the
+ * step restored. DVAR_ENOTFOUND, with nothing changed, when the root holds
+ * no checkpoint (a fresh start) or not that step.
+ */
+DVAR_EXTERN(int) dvar_manager_restore(dvar_checkpoint_manager *m, int64_t step,
+                                      int64_t *restored);
+
+/** Collective: finish the pending save (dvar_save_wait) and return its status. */
+DVAR_EXTERN(int) dvar_manager_wait(dvar_checkpoint_manager *m);
+
+/**
+ * Release the manager. Call dvar_manager_wait first: a save still pending is
+ * left to the strategy (dvar_save_wait), not committed here. NULL is a no-op.
+ */
+DVAR_EXTERN(void) dvar_manager_free(dvar_checkpoint_manager *m);
 
 DVAR_END_DECL
 

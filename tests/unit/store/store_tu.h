@@ -1,0 +1,40 @@
+/*
+ * tests/unit/store/store_tu.h - what the store tests share: a strategy and
+ * its topology, directories every worker sees, and a barrier. Every helper
+ * that talks to other workers is collective: all ranks call it, in order.
+ */
+#ifndef DVAR_STORE_TU_H
+#define DVAR_STORE_TU_H
+
+#include <stdint.h>
+
+#include "dvar/dvar.h"
+
+typedef struct {
+	dvar_strategy *s;
+	int R, W, worker, N;
+} stu_topo;
+
+/* A strategy with R local replicas (workers: every process of the run). */
+int stu_topo_open(stu_topo *t, int replicas);
+
+/* Collective: the sum of every worker's value; also a barrier. -1 on failure. */
+int64_t stu_sum_over_workers(dvar_strategy *s, int64_t value);
+
+/* Collective: a fresh directory the chief makes and every worker is told
+ * (malloc'ed; free it with stu_drop_shared_dir). */
+char *stu_shared_dir(dvar_strategy *s);
+
+/* Collective: every worker is done with dir; the chief removes it. Frees dir. */
+void stu_drop_shared_dir(dvar_strategy *s, char *dir);
+
+/* 1 when root/name exists. */
+int stu_exists_in(const char *root, const char *name);
+
+/* How many entries of root start with prefix. */
+int stu_count_prefix(const char *root, const char *prefix);
+
+/* The checkpoint the root's pointer file names ("" when none). */
+void stu_latest_of(const char *root, char *out, size_t cap);
+
+#endif
