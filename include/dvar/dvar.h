@@ -8,6 +8,7 @@
 #include "core.h"
 #include "format.h"
 #include "runtime.h"
+#include "sharding.h"
 #include "store.h"
 
 #endif
