@@ -16,8 +16,10 @@
  * assert fails on every rank or on none.
  *
  * With arguments it is one half of a save/restore across worker counts:
- * `--save DIR R` saves under this W; `--restore DIR WS RS` restores what a
- * save with WS workers of RS replicas wrote and checks every component.
+ * `--save DIR R` saves under this W and checks what was written;
+ * `--restore-all --replicas R1,R2 DIR:WS:RS ...` restores what saves with
+ * WS workers of RS replicas wrote, into this W with each R, and checks
+ * every component.
  */
 #include <dirent.h>
 #include <signal.h>
@@ -118,12 +120,13 @@ static void drop_shared_dir(dvar_strategy *s, char *dir)
 
 static int is_float(int dtype)
 {
-	return dtype == DVAR_FLOAT32 || dtype == DVAR_FLOAT64 || dtype == DVAR_FLOAT16;
+	return dtype == DVAR_FLOAT32 || dtype == DVAR_FLOAT64 || dtype == DVAR_FLOAT16 ||
+	       dtype == DVAR_BFLOAT16;
 }
 
 /* ---------------------------------------------------------------- the variables */
 
-enum { P_DEFAULT, P_SEVEN, P_BIG };
+enum { P_DEFAULT, P_SEVEN, P_BIG, P_NEG, P_WIDE };
 
 typedef struct {
 	char name[64];
@@ -135,10 +138,14 @@ typedef struct {
 	dvar_variable *v;
 } tvar;
 
-static const int dtypes[] = { DVAR_FLOAT32, DVAR_FLOAT64, DVAR_INT32, DVAR_INT64, DVAR_FLOAT16 };
+/* Every dvar_dtype (the first five first, as the list began). */
+static const int dtypes[] = {
+	DVAR_FLOAT32, DVAR_FLOAT64, DVAR_INT32,  DVAR_INT64,  DVAR_FLOAT16, DVAR_BFLOAT16, DVAR_INT8,
+	DVAR_INT16,   DVAR_UINT8,   DVAR_UINT16, DVAR_UINT32, DVAR_UINT64,  DVAR_BOOL,
+};
 #define NUM_DTYPES (sizeof dtypes / sizeof dtypes[0])
 static const char *const agg_names[] = { "NONE", "SUM", "MEAN", "ONLY_FIRST_REPLICA" };
-#define MAX_VARS 64
+#define MAX_VARS 128
 
 static void set_var(tvar *t, const char *name, int dtype, int rank, const int64_t *dims, int sync,
                     int agg, int pattern)
@@ -158,9 +165,12 @@ static void set_var(tvar *t, const char *name, int dtype, int rank, const int64_
 
 /*
  * Every dtype x (mirrored with each aggregation, sync-on-read SUM, MEAN,
- * ONLY_FIRST_REPLICA), MEAN for floats only, in sizes 1 (a scalar), 7 and
- * 1023; an int32 scalar SUM whose replicas hold 7, 0, 0, ...; a SUM of
- * shape [4, 0]; with big, a 4 MiB float32 SUM.
+ * ONLY_FIRST_REPLICA), MEAN for floats only (TF refuses it for the others),
+ * sync-on-read SUM for numbers only (a bool cannot be summed), in sizes 1 (a
+ * scalar), 7 and 1023; an int32 scalar SUM whose replicas hold 7, 0, 0, ...;
+ * negative int32 / int64 SUMs and int64 / uint64 SUMs above 2^50, whose
+ * sums leave every remainder over the restore's N; a SUM of shape [4, 0];
+ * with big, a 4 MiB float32 SUM.
  */
 static size_t make_list(tvar *list, int big)
 {
@@ -177,6 +187,9 @@ static size_t make_list(tvar *list, int big)
 					continue;
 				if (agg == DVAR_AGG_MEAN && !is_float(dtypes[d]))
 					continue;
+				if (sync == DVAR_SYNC_ON_READ && agg == DVAR_AGG_SUM &&
+				    dtypes[d] == DVAR_BOOL)
+					continue;
 				snprintf(name, sizeof name, "%s/%s_%s", dvar_dtype_name(dtypes[d]),
 				         sync == DVAR_SYNC_ON_READ ? "on_read" : "mirrored", agg_names[agg]);
 				set_var(&list[n++], name, dtypes[d], size == 0 ? 0 : 1 + (size == 2),
@@ -187,6 +200,14 @@ static size_t make_list(tvar *list, int big)
 	set_var(&list[n++], "seven", DVAR_INT32, 0, NULL, DVAR_SYNC_ON_READ, DVAR_AGG_SUM, P_SEVEN);
 	set_var(&list[n++], "empty", DVAR_FLOAT32, 2, (const int64_t[]){ 4, 0 }, DVAR_SYNC_ON_READ,
 	        DVAR_AGG_SUM, P_DEFAULT);
+	set_var(&list[n++], "negative/int32", DVAR_INT32, 1, d7, DVAR_SYNC_ON_READ, DVAR_AGG_SUM,
+	        P_NEG);
+	set_var(&list[n++], "negative/int64", DVAR_INT64, 1, d7, DVAR_SYNC_ON_READ, DVAR_AGG_SUM,
+	        P_NEG);
+	set_var(&list[n++], "wide/int64", DVAR_INT64, 1, d7, DVAR_SYNC_ON_READ, DVAR_AGG_SUM, P_WIDE);
+	set_var(&list[n++], "wide/uint64", DVAR_UINT64, 1, d7, DVAR_SYNC_ON_READ, DVAR_AGG_SUM,
+	        P_WIDE);
+	assert_true(n + (size_t)big <= MAX_VARS);
 	if (big)
 		set_var(&list[n++], "big", DVAR_FLOAT32, 2, dbig, DVAR_SYNC_ON_READ, DVAR_AGG_SUM, P_BIG);
 	return n;
@@ -198,7 +219,14 @@ static double value_at(const tvar *t, int r, size_t i)
 	switch (t->pattern) {
 	case P_SEVEN: return r == 0 ? 7 : 0;
 	case P_BIG: return (double)(i % 11) + r;
+	/* Replica 0 differs by element, so that the sums over any N leave
+	 * every remainder (3 + 4 + 5 over 3 replicas would leave none). */
+	case P_NEG: return r == 0 ? -1 - (double)(i % 7) : -3.0 * r;
+	/* 2^50 + ...: sums over up to 4 replicas stay exact in a double. */
+	case P_WIDE: return 1125899906842624.0 + (r == 0 ? 1 + (double)(i % 7) : r);
 	default:
+		if (t->dtype == DVAR_BOOL) /* true and false, differing between replicas */
+			return t->sync == DVAR_SYNC_ON_WRITE ? i % 3 == 0 : (i + (size_t)r) % 2 == 0;
 		if (t->sync == DVAR_SYNC_ON_WRITE)
 			return 2 + (double)(i % 5);
 		/* Scalars: replicas 3, 4, 5, ... (TF's [3., 4.] for two). */
@@ -385,6 +413,15 @@ static int compare(const char *what, int dtype, const void *got, const void *wan
 	return bad;
 }
 
+/* nbytes in chunks of test_write_options' chunk size, each padded to 4 KiB. */
+static uint64_t padded_size(uint64_t nbytes)
+{
+	const uint64_t chunk = test_write_options().chunk_size, align = 4096;
+	uint64_t full = nbytes / chunk, rest = nbytes % chunk;
+
+	return full * ((chunk + align - 1) / align * align) + (rest + align - 1) / align * align;
+}
+
 static int data_files(const char *dir, int W, uint64_t *bytes)
 {
 	DIR *d = opendir(dir);
@@ -423,7 +460,7 @@ static int data_files(const char *dir, int W, uint64_t *bytes)
 static int check_checkpoint(const char *path, const tvar *list, size_t n, int N, int W)
 {
 	dvar_reader *r = NULL;
-	uint64_t unique = 0, chunks = 0, stored = 0, files = 0;
+	uint64_t unique = 0, chunks = 0, stored = 0, files = 0, padded = 0;
 	int bad = 0;
 
 	if (dvar_reader_open(&r, path, NULL) != DVAR_OK) {
@@ -454,6 +491,7 @@ static int check_checkpoint(const char *path, const tvar *list, size_t n, int N,
 			bad++;
 		}
 		unique += nbytes_of(t);
+		padded += padded_size(nbytes_of(t));
 		stored += info.stored_bytes;
 		chunks += info.num_chunks;
 		bad += !attr_is(r, i, DVAR_STORE_ATTR_KIND, kind_of(t));
@@ -495,18 +533,22 @@ static int check_checkpoint(const char *path, const tvar *list, size_t n, int N,
 			}
 		}
 		unique += sizeof step + sizeof table;
+		padded += padded_size(sizeof step) + padded_size(sizeof table);
 	}
 	/* W data files, each value in exactly one of them: what they hold is
-	 * the unique bytes plus alignment padding (at most 4 KiB per chunk). */
+	 * the unique bytes plus alignment padding, at most each chunk rounded up
+	 * to 4 KiB (so at most 1.001 x unique + 4 KiB per chunk); a value
+	 * written twice would exceed it. */
 	if (data_files(dvar_reader_path(r), W, &files) != 1001 * W) {
 		print_error("the checkpoint does not hold exactly %d data files\n", W);
 		bad++;
 	}
-	if (files < unique || files > unique + 4096 * chunks || stored < unique ||
-	    stored > unique + 4096 * chunks) {
-		print_error("data files hold %llu bytes (stored %llu) for %llu unique bytes\n",
+	if (files < unique || files > padded || stored < unique || stored > padded ||
+	    (double)files > 1.001 * (double)unique + 4096.0 * (double)chunks) {
+		print_error("data files hold %llu bytes (stored %llu) for %llu unique bytes, "
+		            "%llu with each chunk padded\n",
 		            (unsigned long long)files, (unsigned long long)stored,
-		            (unsigned long long)unique);
+		            (unsigned long long)unique, (unsigned long long)padded);
 		bad++;
 	}
 	dvar_reader_free(r);
@@ -573,12 +615,13 @@ static int check_restored(const topo *t, const tvar *saved, const tvar *targets,
 	return bad;
 }
 
-/* A target of another kind: mirrored becomes sync-on-read SUM, and back. */
+/* A target of another kind: mirrored becomes sync-on-read SUM (a bool,
+ * which cannot be split, ONLY_FIRST_REPLICA), and back. */
 static void swap_kind(tvar *t)
 {
 	if (t->sync == DVAR_SYNC_ON_WRITE) {
 		t->sync = DVAR_SYNC_ON_READ;
-		t->agg = DVAR_AGG_SUM;
+		t->agg = t->dtype == DVAR_BOOL ? DVAR_AGG_ONLY_FIRST_REPLICA : DVAR_AGG_SUM;
 	} else {
 		t->sync = DVAR_SYNC_ON_WRITE;
 		t->agg = DVAR_AGG_NONE;
@@ -1360,11 +1403,45 @@ static void test_store__one_worker_fails(void **state)
 
 /* ---------------------------------------------------------------- across worker counts */
 
-/* `--save DIR R`: save the list under this W into DIR (replaced). */
+/*
+ * Integer SUMs whose saved value leaves a remainder over N: without them a
+ * restore into N replicas would not exercise the exact split. Returns the
+ * dtypes (int32, int64) the list lacks such an element for.
+ */
+static int missing_remainders(const tvar *list, size_t n, int N_saved, int N)
+{
+	static const int ints[] = { DVAR_INT32, DVAR_INT64 };
+	int missing = 0;
+
+	for (size_t d = 0; N > 1 && d < 2; d++) {
+		int found = 0;
+
+		for (size_t k = 0; k < n && !found; k++) {
+			if (list[k].dtype != ints[d] || list[k].sync != DVAR_SYNC_ON_READ ||
+			    list[k].agg != DVAR_AGG_SUM)
+				continue;
+			for (size_t i = 0; i < list[k].count && !found; i++)
+				found = (int64_t)saved_at(&list[k], N_saved, i) % N != 0;
+		}
+		if (!found) {
+			print_error("no %s SUM leaves a remainder over %d replicas\n",
+			            dvar_dtype_name(ints[d]), N);
+			missing++;
+		}
+	}
+	return missing;
+}
+
+/*
+ * `--save DIR R`: save the list under this W x R into DIR (replaced) and
+ * check what was written: every value once, in W data files holding the
+ * unique bytes plus at most the alignment of each chunk.
+ */
 static int main_save(const char *dir, int R)
 {
 	tvar list[MAX_VARS];
-	size_t n = make_list(list, 0);
+	size_t n = make_list(list, 1);
+	int64_t bad;
 	topo t;
 	int rc;
 
@@ -1378,23 +1455,78 @@ static int main_save(const char *dir, int R)
 	rc = save_list(t.s, dir, 1, list, n, 1);
 	if (rc != DVAR_OK)
 		fprintf(stderr, "save: %s\n", dvar_error_last()->message);
+	bad = sum_over_workers(t.s, rc == DVAR_OK ? check_checkpoint(dir, list, n, t.N, t.W) : 1);
+	if (t.worker == 0 && rc == DVAR_OK) {
+		char *ckpt = tu_path(dir, "ckpt-1");
+		uint64_t files = 0, unique = sizeof plain_step + sizeof plain_table;
+
+		for (size_t k = 0; k < n; k++)
+			unique += nbytes_of(&list[k]);
+		data_files(ckpt, t.W, &files);
+		printf("saved W=%d R=%d: %zu variables; %d data files hold %llu bytes for %llu unique "
+		       "bytes\n", t.W, t.R, n, t.W, (unsigned long long)files,
+		       (unsigned long long)unique);
+		free(ckpt);
+	}
 	free_vars(list, n);
 	dvar_strategy_free(t.s);
-	return rc != DVAR_OK;
+	return rc != DVAR_OK || bad != 0;
 }
 
-/* `--restore DIR WS RS`: restore a save by WS workers x RS replicas into R = 1, 2, 3. */
-static int main_restore(const char *dir, int WS, int RS)
+/*
+ * `--restore-all --replicas R1,R2,.. DIR:WS:RS ...`: restore each save (by
+ * WS workers x RS replicas) into this W with each R, into the same kinds and
+ * into swapped ones, and check every component of every replica.
+ */
+static int main_restore_all(int argc, char **argv)
 {
 	tvar list[MAX_VARS];
-	size_t n = make_list(list, 0);
-	int64_t bad = 0;
+	size_t n = make_list(list, 1);
+	int reps[8], nreps = 0, W, worker;
+	int64_t total = 0;
+	char *copy, *tok, *save_ptr = NULL;
+	topo t;
 
-	for (int R = 1; R <= 3; R++)
-		bad += restore_into(dir, list, n, WS * RS, R);
-	if (bad)
-		fprintf(stderr, "%lld mismatches\n", (long long)bad);
-	return bad != 0;
+	if (argc < 5 || strcmp(argv[2], "--replicas") != 0)
+		return 2;
+	copy = strdup(argv[3]);
+	for (tok = strtok_r(copy, ",", &save_ptr); tok && nreps < 8;
+	     tok = strtok_r(NULL, ",", &save_ptr))
+		reps[nreps++] = atoi(tok);
+	free(copy);
+	if (topo_open(&t, 1) != DVAR_OK)
+		return 1;
+	W = t.W;
+	worker = t.worker;
+	dvar_strategy_free(t.s);
+	for (int a = 4; a < argc; a++) {
+		char dir[PATH_BYTES];
+		char *colon;
+		int WS, RS;
+
+		/* DIR:WS:RS, the numbers after the last two colons. */
+		snprintf(dir, sizeof dir, "%s", argv[a]);
+		if (!(colon = strrchr(dir, ':')))
+			return 2;
+		RS = atoi(colon + 1);
+		*colon = '\0';
+		if (!(colon = strrchr(dir, ':')))
+			return 2;
+		WS = atoi(colon + 1);
+		*colon = '\0';
+		for (int k = 0; k < nreps; k++) {
+			int64_t bad = restore_into(dir, list, n, WS * RS, reps[k]);
+
+			bad += missing_remainders(list, n, WS * RS, W * reps[k]);
+			if (worker == 0)
+				printf("w%dr%d -> w%dr%d: %s\n", WS, RS, W, reps[k],
+				       bad ? "FAILED" : "ok");
+			total += bad;
+		}
+	}
+	if (total)
+		fprintf(stderr, "%lld mismatches\n", (long long)total);
+	return total != 0;
 }
 
 int main(int argc, char **argv)
@@ -1415,7 +1547,7 @@ int main(int argc, char **argv)
 
 	if (argc == 4 && strcmp(argv[1], "--save") == 0)
 		return main_save(argv[2], atoi(argv[3]));
-	if (argc == 5 && strcmp(argv[1], "--restore") == 0)
-		return main_restore(argv[2], atoi(argv[3]), atoi(argv[4]));
+	if (argc >= 5 && strcmp(argv[1], "--restore-all") == 0)
+		return main_restore_all(argc, argv);
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
