@@ -71,9 +71,13 @@ DVAR_EXTERN(int) dvar_partitioner_check(const dvar_partitioner *p);
 
 /**
  * The number of partitions p chooses for a variable (TF's partitioner call,
- * axis 0): *num = the first element of TF's result list (the others are 1).
- * Rank-0 shapes are never partitioned (*num = 1). The result may still
- * exceed the row count for FIXED; dvar_div_layout caps it.
+ * axis 0): *num = the first element of TF's result list (the others are 1),
+ * TF's floating-point rounding included (docs/SHARDING.md). Rank-0 shapes
+ * are never partitioned (*num = 1). FIXED gives 0 for 0 rows (as TF, whose
+ * ParameterServerStrategy then refuses it); MIN_SIZE and MAX_SIZE give at
+ * least 1, which may exceed the row count: dvar_div_layout caps it. dtype 7
+ * (TF's DT_STRING, which dvar does not store) counts bytes_per_string bytes
+ * an element, as TF does. DVAR_EINVAL for a bad partitioner, shape or dtype.
  */
 DVAR_EXTERN(int) dvar_partitioner_apply(const dvar_partitioner *p, const dvar_shape *shape,
                                         int dtype, int64_t *num);
@@ -81,11 +85,17 @@ DVAR_EXTERN(int) dvar_partitioner_apply(const dvar_partitioner *p, const dvar_sh
 /**
  * Parse the CLI's text: "fixed:N", "min-size:BYTES[:MAX_SHARDS]",
  * "max-size:BYTES[:MAX_SHARDS]" (BYTES may end in K, M or G, powers of
- * 1024). DVAR_EINVAL naming the text when it does not parse or check.
+ * 1024); the fields not written take TF's defaults (the _INIT macros).
+ * DVAR_EINVAL naming the text when it does not parse or check; *out is
+ * then untouched.
  */
 DVAR_EXTERN(int) dvar_partitioner_parse(dvar_partitioner *out, const char *text);
 
-/** Write the text dvar_partitioner_parse reads back ("min-size:262144:1"). */
+/**
+ * Write the text dvar_partitioner_parse reads back ("min-size:262144:1";
+ * bytes_per_string is not written). Like snprintf: returns the full length,
+ * writes at most cap - 1 bytes and a NUL when cap > 0.
+ */
 DVAR_EXTERN(size_t) dvar_partitioner_format(const dvar_partitioner *p, char *buf, size_t cap);
 
 /* ------------------------------------------------------------ the div layout */
@@ -94,7 +104,8 @@ DVAR_EXTERN(size_t) dvar_partitioner_format(const dvar_partitioner *p, char *buf
  * ParameterServerStrategy's rule: n = min(num_partitions, rows) shards, the
  * first rows % n of them one row longer (10 rows over 4: 3, 3, 2, 2).
  * offsets receives n + 1 entries (offsets[0] = 0, offsets[n] = rows); it
- * must hold min(num_partitions, rows) + 1. rows = 0 gives one empty shard.
+ * must hold max(1, min(num_partitions, rows)) + 1, or be NULL to learn n
+ * only. rows = 0 gives one empty shard (n = 1, offsets 0, 0).
  * DVAR_EINVAL when num_partitions < 1 or rows < 0.
  */
 DVAR_EXTERN(int) dvar_div_layout(int64_t rows, int64_t num_partitions, int64_t *offsets,
@@ -103,7 +114,9 @@ DVAR_EXTERN(int) dvar_div_layout(int64_t rows, int64_t num_partitions, int64_t *
 /**
  * Whether offsets[0..n] is the div layout of offsets[n] rows over n shards:
  * 1 or 0. Lookups and row updates by "div" need it (TF's "does not conform
- * to div sharding").
+ * to div sharding"). Only layouts dvar_div_layout makes qualify: more
+ * shards than rows (empty shards) is 0, although TF's size check passes
+ * them, because its div formula then divides by zero.
  */
 DVAR_EXTERN(int) dvar_div_layout_is(const int64_t *offsets, int64_t n);
 
@@ -126,8 +139,12 @@ typedef struct {
 
 /**
  * Parse a NumPy-style index text ("2:7:2, 0", "...,0", "newaxis", "::-1",
- * "-3:") into items[0..*n) (cap items at most). DVAR_EINVAL naming the
- * text and the position when it does not parse.
+ * "-3:") into items[0..*n) (cap items at most): items separated by ',' (one
+ * trailing ',' allowed), spaces ignored between tokens, integers in 64
+ * bits, "..." at most once, "newaxis" or "None" for a new axis. Fields an
+ * item does not use are 0. DVAR_EINVAL naming the text and the position
+ * (counted from 1) when it does not parse; items may then be partly
+ * written, *n is not.
  */
 DVAR_EXTERN(int) dvar_index_parse(const char *text, dvar_index *items, int cap, int *n);
 
@@ -135,9 +152,12 @@ DVAR_EXTERN(int) dvar_index_parse(const char *text, dvar_index *items, int cap, 
  * ShardedVariable._decompose_slice_spec for an axis-0 SLICE over shards with
  * the given offsets (n + 1 entries, offsets[n] = rows): per shard, the local
  * slice to apply (with has_stop = 0 where TF gives None), or present[i] = 0
- * where TF gives None for the whole shard. Normalizes negative bounds without
- * clamping, as TF does (reference §2.7: sv[-10:2:3] selects row 1 where NumPy
- * selects row 0). DVAR_EINVAL "slice step cannot be zero".
+ * where TF gives None for the whole shard (local[i] is then the empty slice
+ * 0:0). Normalizes negative bounds without clamping, as TF does (reference
+ * §2.7: sv[-10:2:3] selects row 1 where NumPy selects row 0). Exact integer
+ * arithmetic: equal to TF's for starts within 2^53 of the rows, where TF's
+ * double ceiling is exact. DVAR_EINVAL "slice step cannot be zero", or for
+ * offsets that do not start at 0 or decrease.
  */
 DVAR_EXTERN(int) dvar_sharded_decompose_slice(const int64_t *offsets, int64_t n,
                                               const dvar_index *spec, dvar_index *local,
@@ -161,8 +181,9 @@ typedef enum {
 /**
  * Where each id lives: TF's embedding_lookup formulas over n shards holding
  * rows rows in total. shard[k] and row[k] for ids[k]. DVAR_EINVAL naming the
- * first id that is negative or >= rows; "Unrecognized partition strategy"
- * for an unknown strategy.
+ * first id that is negative or >= rows, and its position (nothing written);
+ * "Unrecognized partition strategy" for an unknown strategy; for "div",
+ * when n > max(1, rows) (TF would divide by rows / n = 0).
  */
 DVAR_EXTERN(int) dvar_embedding_locate(int strategy, int64_t rows, int64_t n, const int64_t *ids,
                                        size_t count, int64_t *shard, int64_t *row);
