@@ -44,6 +44,8 @@ int cmd_cat(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
 int cmd_diff(int argc, char **argv);
 int cmd_ls(int argc, char **argv);
+int cmd_reshard(int argc, char **argv);
+int cmd_export(int argc, char **argv);
 
 /* -------------------------------------------------------------- options */
 
@@ -55,7 +57,8 @@ typedef enum {
 	CLI_OPT_STRING, /* --name VALUE: const char *target */
 	CLI_OPT_INT,    /* --name N, N >= 0: int64_t target */
 	CLI_OPT_BYTES,  /* --name BYTES, with an optional K/M/G suffix: uint64_t target */
-	CLI_OPT_REAL    /* --name X, finite and >= 0: double target */
+	CLI_OPT_REAL,   /* --name X, finite and >= 0: double target */
+	CLI_OPT_LIST    /* --name VALUE, repeatable: cli_args target, in order */
 } cli_opt_kind;
 
 #define CLI_OPT_REQUIRED 1u /* a positional that must be given */
@@ -75,7 +78,8 @@ typedef struct {
 	const char *help;
 } cli_opt;
 
-/* CLI_OPT_ARGS's target: the positionals, in order (they point into argv). */
+/* CLI_OPT_ARGS's target: the positionals, in order (they point into argv).
+ * Also CLI_OPT_LIST's: the values given, in order (v is malloc'ed, kept until exit). */
 typedef struct {
 	char **v;
 	int n;
@@ -170,6 +174,10 @@ typedef struct {
 
 /* Begins the document's top-level object with {"schema_version":1. */
 void cli_json_begin(cli_json *j, FILE *f);
+/* Begins a top-level object without schema_version (files of other formats). */
+void cli_json_begin_bare(cli_json *j, FILE *f);
+/* 1 when s is valid UTF-8 (JSON strings carry it as it is), else 0. */
+int cli_utf8_valid(const char *s);
 /* key is NULL for an array element. */
 void cli_json_object(cli_json *j, const char *key);
 void cli_json_array(cli_json *j, const char *key);
@@ -210,6 +218,68 @@ uint64_t cli_walk_budget(size_t bytes_per_elem);
 void cli_walk_init(cli_walk *w, const dvar_slice *region, uint64_t max_elems);
 /* The next piece and its element count; 0 when the walk is over. */
 int cli_walk_next(cli_walk *w, dvar_slice *piece, uint64_t *num_elems);
+
+/* ------------------------------------------------------------ sharding */
+
+#define CLI_KIND_SHARDED "sharded" /* DVAR_STORE_ATTR_KIND of a sharded variable */
+#define CLI_KIND_PLAIN "plain"     /* ... and of one merged into a single shard */
+#define CLI_LAYOUT_DIV "div"       /* DVAR_SHARDING_ATTR_LAYOUT */
+/* Threads of the readers and writers of reshard and export: each holds a
+ * chunk buffer or two, so this bounds their memory. */
+#define CLI_STREAM_THREADS 4
+
+/* 1 when variable i is sharded: saved as more than one slice, or kind=sharded. */
+int cli_var_is_sharded(const dvar_reader *r, size_t i);
+
+/*
+ * The div layout of want shards over shape's rows (capped by the rows; a
+ * scalar gets one shard): *offsets (malloc'ed, n + 1 entries) and *n.
+ * Returns CLI_EXIT_OK or an exit code after reporting.
+ */
+int cli_layout(const char *cmd, const char *name, const dvar_shape *shape, int64_t want,
+               int64_t **offsets, int64_t *n);
+
+/* Shard k of a layout: rows [offsets[k], offsets[k+1]) of shape, every column. */
+void cli_shard_slice(const dvar_shape *shape, const int64_t *offsets, int64_t k, dvar_slice *out);
+
+/* kind=sharded, shards=n, layout=div on name when n > 1; nothing for n <= 1. */
+int cli_set_shard_attrs(dvar_writer *w, const char *name, int64_t n);
+
+/*
+ * Copy variable i's attributes from r to name in w. n = 0 keeps them all as
+ * they are; n >= 1 (the variable is rewritten as n div shards) drops the old
+ * layout's (shards, layout, kind=sharded) and sets n's (cli_set_shard_attrs;
+ * for n = 1 a kind=sharded becomes kind=plain, as dvar_save writes a
+ * one-shard variable). Returns a dvar status.
+ */
+int cli_copy_attrs(const dvar_reader *r, size_t i, dvar_writer *w, const char *name, int64_t n);
+
+/* Reads regions of variables in bounded pieces into one reused buffer. */
+typedef struct {
+	const char *cmd;
+	void *buf;
+	uint64_t cap;
+	cli_progress *pr; /* may be NULL */
+	uint64_t done;    /* bytes handed on so far, for progress */
+	uint64_t total;
+} cli_copier;
+
+void cli_copier_init(cli_copier *c, const char *cmd, cli_progress *pr, uint64_t total);
+void cli_copier_free(cli_copier *c);
+
+/* A sink for pieces, in row-major order; returns an exit code. */
+typedef int (*cli_piece_fn)(void *ctx, const void *data, uint64_t bytes);
+
+/* Read region of variable i in row-major pieces of at most 8 MiB, handing each to fn. */
+int cli_copy_pieces(cli_copier *c, dvar_reader *r, size_t i, int dtype, const dvar_slice *region,
+                    cli_piece_fn fn, void *ctx);
+
+/* Write region of variable i (described by v) as one streamed slice of the same variable in w. */
+int cli_copy_region(cli_copier *c, dvar_reader *r, size_t i, const dvar_var_info *v,
+                    dvar_writer *w, const dvar_slice *region);
+
+/* min(online CPUs, CLI_STREAM_THREADS). */
+int cli_stream_threads(void);
 
 /* ------------------------------------------------------------------ npy */
 

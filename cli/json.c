@@ -103,6 +103,27 @@ void cli_json_begin(cli_json *j, FILE *f)
 	cli_json_i64(j, "schema_version", 1);
 }
 
+void cli_json_begin_bare(cli_json *j, FILE *f)
+{
+	j->f = f;
+	j->depth = 0;
+	j->nonempty[0] = 0;
+	open_container(j, NULL, '{', '}');
+}
+
+int cli_utf8_valid(const char *str)
+{
+	const unsigned char *s = (const unsigned char *)str;
+
+	while (*s) {
+		int n = utf8_len(s);
+		if (n == 0)
+			return 0;
+		s += n;
+	}
+	return 1;
+}
+
 void cli_json_object(cli_json *j, const char *key)
 {
 	open_container(j, key, '{', '}');

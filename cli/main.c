@@ -17,6 +17,8 @@ static const cli_cmd cmds[] = {
 	{ "verify", cmd_verify, "Read every chunk of a checkpoint and check its checksum" },
 	{ "diff", cmd_diff, "Compare two checkpoints variable by variable" },
 	{ "ls", cmd_ls, "List the checkpoints under a checkpoint root" },
+	{ "reshard", cmd_reshard, "Write a checkpoint with sharded variables split into M shards" },
+	{ "export", cmd_export, "Write every variable as one full tensor, for serving" },
 	{ "help", cmd_help, "Show help for dvar or for one command" },
 	{ "version", cmd_version, "Show the version of dvar and libdvar" },
 	{ NULL, NULL, NULL }

@@ -175,6 +175,15 @@ static int set_option(const char *cmd, const cli_opt *o, const char *value)
 	case CLI_OPT_STRING:
 		*(const char **)o->target = value;
 		return 0;
+	case CLI_OPT_LIST: {
+		cli_args *l = o->target;
+		char **v = realloc(l->v, (size_t)(l->n + 1) * sizeof(*v));
+		if (!v)
+			return cli_error(cmd, "out of memory");
+		v[l->n++] = (char *)value;
+		l->v = v;
+		return 0;
+	}
 	case CLI_OPT_INT:
 		bad = parse_int(value, o->target);
 		break;

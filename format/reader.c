@@ -5,6 +5,7 @@
  * chunks (for raw chunks, only the 64 KiB blocks) that meet the request are
  * read, every checksum is verified, and the pieces are copied into place in
  * parallel. Restore, reshard, export and `dvar cat` are all this one read.
+ * A slice stored raw and contiguous can also be mapped instead (dvar_reader_map).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -14,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -663,7 +665,18 @@ static int plan(read_ctx *ctx)
 		if (dvar_slice_intersect(&s->slice, ctx->want, &x) != 1 || !s->num_chunks)
 			continue;
 		int direct = contiguous_in(&s->slice, ctx->want, &ctx->direct_first[j]);
-		for (size_t ci = 0; ci < s->num_chunks; ci++) {
+		/* Only chunks between the intersection's first and last element can
+		 * meet it: a small read of a large slice plans a few chunks, not all. */
+		int64_t last[DVAR_MAX_RANK];
+		for (int d = 0; d < x.rank; d++)
+			last[d] = x.start[d] + x.length[d] - 1;
+		size_t c_lo = (size_t)(flat_in(&s->slice, x.start) * ctx->esize / s->chunk_size);
+		size_t c_hi = (size_t)(flat_in(&s->slice, last) * ctx->esize / s->chunk_size);
+		if (direct) {
+			c_lo = 0;
+			c_hi = s->num_chunks - 1;
+		}
+		for (size_t ci = c_lo; ci <= c_hi && ci < s->num_chunks; ci++) {
 			uint64_t raw_len = dvar_chunk_raw_len(s, ci);
 			uint64_t base = (uint64_t)ci * s->chunk_size;
 			task t = { j, ci, 0, raw_len, direct };
@@ -871,4 +884,147 @@ int dvar_reader_verify(dvar_reader *r, dvar_bad_chunk_fn bad, void *userdata, ui
 	if (rc == DVAR_OK)
 		dvar_error_clear();
 	return rc;
+}
+
+/* ---------------------------------------------------------------- map */
+
+typedef struct {
+	const dvar_reader *r;
+	const dvar_var_entry *v;
+	const dvar_slice_entry *s;
+	const unsigned char *data;
+} map_verify_ctx;
+
+/* The block and chunk checksums of chunk ci of a mapped slice. */
+static int map_verify_chunk(void *vctx, size_t ci)
+{
+	map_verify_ctx *ctx = vctx;
+	const dvar_slice_entry *s = ctx->s;
+	const dvar_chunk *c = &s->chunks[ci];
+	const unsigned char *p = ctx->data + (uint64_t)ci * s->chunk_size;
+	uint64_t len = dvar_chunk_raw_len(s, ci);
+	const uint32_t *blocks = s->block_crcs + c->first_block;
+	uint32_t whole = 0;
+	char why[WHY_MAX];
+	for (uint64_t b = 0, at = 0; at < len; b++, at += DVAR_BLOCK_SIZE) {
+		size_t blen = len - at < DVAR_BLOCK_SIZE ? (size_t)(len - at) : DVAR_BLOCK_SIZE;
+		uint32_t crc = dvar_crc32c(p + at, blen);
+		if (crc != blocks[b]) {
+			snprintf(why, sizeof(why), "checksum mismatch in block %llu (bytes %llu..%llu): "
+			         "stored %08x, computed %08x", (unsigned long long)b, (unsigned long long)at,
+			         (unsigned long long)(at + blen), blocks[b], crc);
+			return chunk_error(ctx->r, ctx->v, s, ci, DVAR_ECORRUPT, why);
+		}
+		whole = at ? dvar_crc32c_combine(whole, crc, blen) : crc;
+	}
+	if (whole != c->crc) {
+		snprintf(why, sizeof(why), "block checksums disagree with the chunk checksum %08x", c->crc);
+		return chunk_error(ctx->r, ctx->v, s, ci, DVAR_ECORRUPT, why);
+	}
+	return DVAR_OK;
+}
+
+/* DVAR_OK when slice s can be mapped: raw chunks, back to back, in order. */
+static int check_mappable(const dvar_reader *r, const dvar_var_entry *v, size_t j)
+{
+	const dvar_slice_entry *s = &v->slices[j];
+	char sl[256];
+	dvar_slice_format(&s->slice, &v->shape, sl, sizeof(sl));
+	for (size_t ci = 0; ci < s->num_chunks; ci++) {
+		const dvar_chunk *c = &s->chunks[ci];
+		uint64_t want = s->chunks[0].offset + (uint64_t)ci * s->chunk_size;
+		if (c->codec != DVAR_CODEC_RAW)
+			return dvar_error_set(DVAR_ENOTSUPP, "cannot map variable '%s' slice %s: chunk %zu of "
+			                      "%zu is lz4-compressed; only raw chunks can be mapped (write with "
+			                      "DVAR_COMPRESS_NONE, e.g. `dvar export --single-shard`)", v->name,
+			                      *sl ? sl : "-", ci, s->num_chunks);
+		if (c->offset != want)
+			return dvar_error_set(DVAR_ENOTSUPP, "cannot map variable '%s' slice %s: its chunks are "
+			                      "not contiguous in %s (chunk %zu is at offset %llu, not %llu right "
+			                      "after chunk %zu); rewrite it with DVAR_COMPRESS_NONE", v->name,
+			                      *sl ? sl : "-", r->files[s->file].path, ci,
+			                      (unsigned long long)c->offset, (unsigned long long)want, ci - 1);
+	}
+	return DVAR_OK;
+}
+
+int dvar_reader_map(dvar_reader *r, size_t i, size_t j, uint32_t flags, dvar_mapping *out)
+{
+	int rc = check_var_index(r, i);
+	if (rc || !out)
+		return rc ? rc : dvar_error_set(DVAR_EINVAL, "dvar_reader_map: NULL argument");
+	memset(out, 0, sizeof(*out));
+	if (flags & ~DVAR_MAP_VERIFY)
+		return dvar_error_set(DVAR_EINVAL, "dvar_reader_map: unknown flags 0x%x", flags);
+	const dvar_var_entry *v = &r->vars[i];
+	if (j == DVAR_MAP_WHOLE) {
+		if (v->num_slices != 1)
+			return dvar_error_set(DVAR_ENOTSUPP, "cannot map variable '%s' whole: it is saved as %zu "
+			                      "slices, and a mapping is one contiguous run of one slice; map "
+			                      "each slice, or merge them with `dvar export --single-shard`",
+			                      v->name, v->num_slices);
+		if (!dvar_slice_is_full(&v->slices[0].slice, &v->shape)) {
+			char sl[256];
+			dvar_slice_format(&v->slices[0].slice, &v->shape, sl, sizeof(sl));
+			return dvar_error_set(DVAR_ENOTSUPP, "cannot map variable '%s' whole: its only saved "
+			                      "slice %s does not cover it", v->name, sl);
+		}
+		j = 0;
+	} else if (j >= v->num_slices) {
+		return dvar_error_set(DVAR_EINVAL, "variable '%s' has %zu slices, not %zu", v->name,
+		                      v->num_slices, j + 1);
+	}
+	const dvar_slice_entry *s = &v->slices[j];
+	if ((rc = check_mappable(r, v, j)))
+		return rc;
+	if (!s->num_chunks)
+		return DVAR_OK; /* nothing to map */
+	const data_file *df = &r->files[s->file];
+	char why[WHY_MAX];
+	struct stat st;
+	uint64_t off = s->chunks[0].offset;
+	if (df->fd < 0) {
+		snprintf(why, sizeof(why), "data file is missing or unreadable: %s", strerror(df->err));
+		return chunk_error(r, v, s, 0, DVAR_ECORRUPT, why);
+	}
+	/* Mapping past the end of a file faults on touch: check its size now. */
+	if (fstat(df->fd, &st) != 0)
+		return dvar_error_set_errno(DVAR_EIO, errno, "stat '%s'", df->path);
+	if ((uint64_t)st.st_size < off + s->raw_bytes) {
+		snprintf(why, sizeof(why), "data file is truncated: it has %llu bytes, the slice needs "
+		         "bytes up to %llu", (unsigned long long)st.st_size,
+		         (unsigned long long)(off + s->raw_bytes));
+		return chunk_error(r, v, s, s->num_chunks - 1, DVAR_ECORRUPT, why);
+	}
+	long page = sysconf(_SC_PAGESIZE);
+	uint64_t base = page > 0 ? off / (uint64_t)page * (uint64_t)page : off;
+	size_t length = (size_t)(off - base + s->raw_bytes);
+	void *m = mmap(NULL, length, PROT_READ, MAP_SHARED, df->fd, (off_t)base);
+	if (m == MAP_FAILED)
+		return dvar_error_set_errno(DVAR_EIO, errno, "map %zu bytes of '%s' at offset %llu", length,
+		                            df->path, (unsigned long long)base);
+	const unsigned char *data = (const unsigned char *)m + (off - base);
+	if (flags & DVAR_MAP_VERIFY) {
+		map_verify_ctx ctx = { r, v, s, data };
+		madvise(m, length, MADV_SEQUENTIAL);
+		if ((rc = dvar_pool_for(r->pool, s->num_chunks, map_verify_chunk, &ctx))) {
+			munmap(m, length);
+			return rc;
+		}
+		atomic_fetch_add(&r->bytes_read, s->raw_bytes);
+	}
+	out->data = data;
+	out->size = s->raw_bytes;
+	out->base_ = m;
+	out->length_ = length;
+	return DVAR_OK;
+}
+
+void dvar_reader_unmap(dvar_mapping *m)
+{
+	if (!m)
+		return;
+	if (m->base_)
+		munmap(m->base_, m->length_);
+	memset(m, 0, sizeof(*m));
 }

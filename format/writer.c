@@ -4,6 +4,11 @@
  * offsets in parallel on the thread pool; the index is written last, then
  * the temporary directory is fsynced and renamed into place.
  *
+ * A slice's bytes come whole (dvar_writer_add) or in pieces through a few
+ * staging buffers (dvar_writer_begin_slice / _write / _end_slice); both go
+ * through the same chunk writer. Raw-only writes give chunk offsets in chunk
+ * order, so a raw slice is one contiguous run of its data file.
+ *
  * A checkpoint is written by one or more parts: each part (a process, or a
  * writer within one) writes its own data file into a shared staging
  * directory and encodes its entries; one part, the chief, decodes and checks
@@ -71,6 +76,17 @@ struct dvar_writer {
 
 	dvar_stash *buffers; /* chunk buffers of buffer_size bytes, aligned */
 	size_t buffer_size;
+
+	/* A slice being streamed (dvar_writer_begin_slice): its entry is
+	 * vars[stream_var].slices[num_slices], reserved but not counted yet. */
+	int streaming;
+	size_t stream_var;
+	uint64_t stream_bytes;  /* bytes received so far */
+	size_t stream_flushed;  /* chunks written so far */
+	size_t stage_fill;      /* whole chunks waiting in stage[0..stage_fill) */
+	uint64_t stage_pos;     /* bytes in stage[stage_fill] */
+	unsigned char **stage;  /* stage_cap staging buffers of chunk_size bytes, aligned */
+	size_t stage_cap;
 };
 
 /* ---------------------------------------------------------------- names */
@@ -387,10 +403,17 @@ int dvar_writer_abort_step_parts(const char *root, int64_t step, const char *tok
 
 /* ---------------------------------------------------------------- chunks */
 
+/* One batch of chunks of a slice: chunks first .. first+n-1. */
 typedef struct {
 	dvar_writer *w;
 	dvar_slice_entry *se;
+	size_t first;
+	/* The bytes: the whole slice (dvar_writer_add), or one staging buffer
+	 * per chunk of the batch (streamed slices), aligned and zero-padded to
+	 * a multiple of DVAR_ALIGN. */
 	const unsigned char *data;
+	unsigned char *const *stage;
+	int preassigned; /* offsets were given in chunk order before the batch */
 } add_ctx;
 
 /* A cheap look at a chunk: does lz4 save >= 10% on a few pieces, fast enough? */
@@ -446,17 +469,26 @@ static void report_progress(dvar_writer *w)
 	w->opts.progress(w->opts.progress_userdata, atomic_load(&w->bytes_done), 0);
 }
 
-static int write_chunk(void *vctx, size_t i)
+static uint64_t padded_len(uint64_t n)
+{
+	return (n + DVAR_ALIGN - 1) / DVAR_ALIGN * DVAR_ALIGN;
+}
+
+static int write_chunk(void *vctx, size_t k)
 {
 	add_ctx *ctx = vctx;
 	dvar_writer *w = ctx->w;
 	dvar_slice_entry *se = ctx->se;
+	size_t i = ctx->first + k;
 	dvar_chunk *c = &se->chunks[i];
 	size_t len = (size_t)dvar_chunk_raw_len(se, i);
-	const unsigned char *raw = ctx->data + (size_t)i * se->chunk_size;
-	unsigned char *buf = buffer_get(w);
+	const unsigned char *raw = ctx->stage ? ctx->stage[k] : ctx->data + (size_t)i * se->chunk_size;
+	/* Aligned memory padded to the alignment goes to the disk as it is;
+	 * anything else is staged so that O_DIRECT sees aligned buffers. */
+	int in_place = (uintptr_t)raw % DVAR_ALIGN == 0 && (len % DVAR_ALIGN == 0 || ctx->stage);
+	unsigned char *buf = NULL;
 	int rc;
-	if (!buf)
+	if ((w->opts.compress != DVAR_COMPRESS_NONE || !in_place) && !(buf = buffer_get(w)))
 		return DVAR_ENOMEM;
 
 	c->codec = DVAR_CODEC_RAW;
@@ -483,27 +515,45 @@ static int write_chunk(void *vctx, size_t i)
 			crc = b ? dvar_crc32c_combine(crc, blocks[b], blen) : blocks[b];
 		}
 		c->crc = crc;
-		/* Aligned caller memory goes to the disk as it is; anything else is
-		 * staged so that O_DIRECT sees aligned buffers. */
-		if ((uintptr_t)raw % DVAR_ALIGN == 0 && len % DVAR_ALIGN == 0)
+		if (in_place)
 			out = raw;
 		else
 			memcpy(buf, raw, len);
 	} else {
 		c->crc = dvar_crc32c(raw, len);
 	}
-	size_t padded = ((size_t)c->stored + DVAR_ALIGN - 1) / DVAR_ALIGN * DVAR_ALIGN;
+	size_t padded = (size_t)padded_len(c->stored);
 	if (out == buf)
 		memset(buf + c->stored, 0, padded - (size_t)c->stored);
-	c->offset = atomic_fetch_add(&w->next_offset, padded);
+	if (!ctx->preassigned)
+		c->offset = atomic_fetch_add(&w->next_offset, padded);
 	rc = write_padded(w, out, padded, c->offset);
-	dvar_stash_push(w->buffers, buf, free);
+	if (buf)
+		dvar_stash_push(w->buffers, buf, free);
 	if (rc == DVAR_OK) {
 		atomic_fetch_add(&w->bytes_done, len);
 		DVAR_FAULT_POINT("chunk-written");
 		report_progress(w);
 	}
 	return rc;
+}
+
+/*
+ * Write chunks first .. first+n-1 of se in parallel. Raw-only writes know
+ * every chunk's stored size in advance, so their offsets are given here in
+ * chunk order: a raw slice is then one contiguous run of its data file
+ * (dvar_reader_map), and the file's bytes do not depend on the threads.
+ * Compressed chunks take their offsets as they finish.
+ */
+static int write_chunks(dvar_writer *w, dvar_slice_entry *se, size_t first, size_t n,
+                        const unsigned char *data, unsigned char *const *stage)
+{
+	add_ctx ctx = { w, se, first, data, stage, w->opts.compress == DVAR_COMPRESS_NONE };
+	if (ctx.preassigned)
+		for (size_t i = first; i < first + n; i++)
+			se->chunks[i].offset =
+				atomic_fetch_add(&w->next_offset, padded_len(dvar_chunk_raw_len(se, i)));
+	return dvar_pool_for(w->pool, n, write_chunk, &ctx);
 }
 
 /* ---------------------------------------------------------------- add */
@@ -530,15 +580,22 @@ static int check_usable(const dvar_writer *w)
 		return dvar_error_set(DVAR_EINVAL, "writer for '%s' is %s", w->final_dir,
 		                      w->committed ? "already committed" :
 		                      w->broken ? "unusable after an earlier error" : "already finished");
+	if (w->streaming)
+		return dvar_error_set(DVAR_EINVAL, "writer for '%s': a slice of variable '%s' is being "
+		                      "written; dvar_writer_end_slice must come first", w->final_dir,
+		                      w->vars[w->stream_var].name);
 	return DVAR_OK;
 }
 
-int dvar_writer_add(dvar_writer *w, const char *name, int dtype, const dvar_shape *full,
-                    const dvar_slice *slice, const void *data)
+/*
+ * Check a slice about to be written and reserve its entry: the variable
+ * (created when new) gets the entry at slices[num_slices], with its chunk
+ * layout, not counted until close_slice. *vi receives the variable's index.
+ */
+static int open_slice(dvar_writer *w, const char *name, int dtype, const dvar_shape *full,
+                      const dvar_slice *slice, int have_data, size_t *vi)
 {
 	int rc;
-	if (!w || !full)
-		return dvar_error_set(DVAR_EINVAL, "dvar_writer_add: NULL argument");
 	if ((rc = check_usable(w)))
 		return rc;
 	if ((rc = check_name(name)))
@@ -560,7 +617,7 @@ int dvar_writer_add(dvar_writer *w, const char *name, int dtype, const dvar_shap
 	dvar_shape sshape;
 	dvar_slice_shape(&sl, &sshape);
 	dvar_shape_num_bytes(&sshape, dtype, &bytes);
-	if (!data && bytes)
+	if (!have_data && bytes)
 		return dvar_error_set(DVAR_EINVAL, "variable '%s': data is NULL", name);
 
 	char a[256], b[256];
@@ -630,12 +687,15 @@ int dvar_writer_add(dvar_writer *w, const char *name, int dtype, const dvar_shap
 		se->chunks[i].first_block = (uint32_t)blk;
 		blk += dvar_chunk_num_blocks(se, i);
 	}
-	add_ctx ctx = { w, se, data };
-	if ((rc = dvar_pool_for(w->pool, se->num_chunks, write_chunk, &ctx))) {
-		dvar_slice_entry_clear(se);
-		w->broken = 1;
-		return dvar_error_prefix("variable '%s'", name);
-	}
+	*vi = (size_t)(v - w->vars);
+	return DVAR_OK;
+}
+
+/* Every chunk of the reserved slice of variable vi is written: count it. */
+static void close_slice(dvar_writer *w, size_t vi)
+{
+	dvar_var_entry *v = &w->vars[vi];
+	dvar_slice_entry *se = &v->slices[v->num_slices];
 	/* Compact: keep block checksums of raw chunks only, in chunk order. */
 	size_t kept = 0;
 	for (size_t i = 0; i < se->num_chunks; i++) {
@@ -650,9 +710,154 @@ int dvar_writer_add(dvar_writer *w, const char *name, int dtype, const dvar_shap
 	se->num_block_crcs = kept;
 	for (size_t i = 0; i < se->num_chunks; i++)
 		v->stored_bytes += se->chunks[i].stored;
-	v->raw_bytes += bytes;
+	v->raw_bytes += se->raw_bytes;
 	v->num_slices++;
 	report_progress(w);
+}
+
+/* A failure while the reserved slice of variable vi was being written. */
+static int fail_slice(dvar_writer *w, size_t vi)
+{
+	dvar_var_entry *v = &w->vars[vi];
+	dvar_slice_entry_clear(&v->slices[v->num_slices]);
+	w->broken = 1;
+	w->streaming = 0;
+	return dvar_error_prefix("variable '%s'", v->name);
+}
+
+int dvar_writer_add(dvar_writer *w, const char *name, int dtype, const dvar_shape *full,
+                    const dvar_slice *slice, const void *data)
+{
+	size_t vi;
+	int rc;
+	if (!w || !full)
+		return dvar_error_set(DVAR_EINVAL, "dvar_writer_add: NULL argument");
+	if ((rc = open_slice(w, name, dtype, full, slice, data != NULL, &vi)))
+		return rc;
+	dvar_var_entry *v = &w->vars[vi];
+	dvar_slice_entry *se = &v->slices[v->num_slices];
+	if ((rc = write_chunks(w, se, 0, se->num_chunks, data, NULL)))
+		return fail_slice(w, vi);
+	close_slice(w, vi);
+	return DVAR_OK;
+}
+
+/* ------------------------------------------------------- streamed slices */
+
+int dvar_writer_begin_slice(dvar_writer *w, const char *name, int dtype, const dvar_shape *full,
+                            const dvar_slice *slice)
+{
+	size_t vi;
+	int rc;
+	if (!w || !full)
+		return dvar_error_set(DVAR_EINVAL, "dvar_writer_begin_slice: NULL argument");
+	if ((rc = open_slice(w, name, dtype, full, slice, 1, &vi)))
+		return rc;
+	if (!w->stage) {
+		w->stage_cap = (size_t)dvar_pool_size(w->pool);
+		if (!(w->stage = calloc(w->stage_cap, sizeof(*w->stage)))) {
+			dvar_slice_entry_clear(&w->vars[vi].slices[w->vars[vi].num_slices]);
+			w->broken = 1;
+			return dvar_error_set(DVAR_ENOMEM, "out of memory");
+		}
+	}
+	w->streaming = 1;
+	w->stream_var = vi;
+	w->stream_bytes = 0;
+	w->stream_flushed = 0;
+	w->stage_fill = 0;
+	w->stage_pos = 0;
+	return DVAR_OK;
+}
+
+/* "slice 4,6:-", or "the whole variable" for a slice that covers it. */
+static void describe_stream(char *buf, size_t cap, const dvar_var_entry *v,
+                            const dvar_slice_entry *se)
+{
+	char sl[256];
+	if (dvar_slice_is_full(&se->slice, &v->shape)) {
+		snprintf(buf, cap, "the whole variable");
+		return;
+	}
+	describe_slice(sl, sizeof(sl), &se->slice, &v->shape);
+	snprintf(buf, cap, "slice %s", sl);
+}
+
+/* Write the whole chunks waiting in the staging buffers. */
+static int flush_stage(dvar_writer *w, dvar_slice_entry *se)
+{
+	size_t n = w->stage_fill;
+	/* Only the slice's last chunk can be short: pad it with zeros. */
+	size_t last = w->stream_flushed + n - 1;
+	uint64_t len = dvar_chunk_raw_len(se, last);
+	memset(w->stage[n - 1] + len, 0, (size_t)(padded_len(len) - len));
+	int rc = write_chunks(w, se, w->stream_flushed, n, NULL, w->stage);
+	w->stream_flushed += n;
+	w->stage_fill = 0;
+	return rc;
+}
+
+int dvar_writer_write(dvar_writer *w, const void *data, size_t len)
+{
+	if (!w || (!data && len))
+		return dvar_error_set(DVAR_EINVAL, "dvar_writer_write: NULL argument");
+	if (!w->streaming)
+		return dvar_error_set(DVAR_EINVAL, "writer for '%s': no slice is open "
+		                      "(dvar_writer_begin_slice)", w->final_dir);
+	dvar_var_entry *v = &w->vars[w->stream_var];
+	dvar_slice_entry *se = &v->slices[v->num_slices];
+	const unsigned char *p = data;
+	if (len > se->raw_bytes - w->stream_bytes) {
+		char sl[300];
+		describe_stream(sl, sizeof(sl), v, se);
+		dvar_error_set(DVAR_EINVAL, "%s holds %llu bytes; %llu were written and %zu more "
+		               "were given", sl, (unsigned long long)se->raw_bytes,
+		               (unsigned long long)w->stream_bytes, len);
+		return fail_slice(w, w->stream_var);
+	}
+	while (len) {
+		size_t k = w->stage_fill;
+		uint64_t clen = dvar_chunk_raw_len(se, w->stream_flushed + k);
+		if (!w->stage[k] && !(w->stage[k] = dvar_aligned_alloc((size_t)se->chunk_size))) {
+			dvar_error_set(DVAR_ENOMEM, "out of memory (%llu bytes of staging buffer)",
+			               (unsigned long long)se->chunk_size);
+			return fail_slice(w, w->stream_var);
+		}
+		size_t n = clen - w->stage_pos < len ? (size_t)(clen - w->stage_pos) : len;
+		memcpy(w->stage[k] + w->stage_pos, p, n);
+		p += n;
+		len -= n;
+		w->stage_pos += n;
+		w->stream_bytes += n;
+		if (w->stage_pos < clen)
+			break;
+		w->stage_pos = 0;
+		w->stage_fill++;
+		if ((w->stage_fill == w->stage_cap || w->stream_flushed + w->stage_fill == se->num_chunks) &&
+		    flush_stage(w, se))
+			return fail_slice(w, w->stream_var);
+	}
+	return DVAR_OK;
+}
+
+int dvar_writer_end_slice(dvar_writer *w)
+{
+	if (!w)
+		return dvar_error_set(DVAR_EINVAL, "dvar_writer_end_slice: NULL writer");
+	if (!w->streaming)
+		return dvar_error_set(DVAR_EINVAL, "writer for '%s': no slice is open "
+		                      "(dvar_writer_begin_slice)", w->final_dir);
+	dvar_var_entry *v = &w->vars[w->stream_var];
+	dvar_slice_entry *se = &v->slices[v->num_slices];
+	if (w->stream_bytes != se->raw_bytes) {
+		char sl[300];
+		describe_stream(sl, sizeof(sl), v, se);
+		dvar_error_set(DVAR_EINVAL, "%s holds %llu bytes; only %llu were written", sl,
+		               (unsigned long long)se->raw_bytes, (unsigned long long)w->stream_bytes);
+		return fail_slice(w, w->stream_var);
+	}
+	w->streaming = 0;
+	close_slice(w, w->stream_var);
 	return DVAR_OK;
 }
 
@@ -1052,6 +1257,8 @@ int dvar_writer_commit(dvar_writer *w)
 	if (w->nparts != 1 || w->finished)
 		return dvar_error_set(DVAR_EINVAL, "checkpoint '%s': a part writer commits with "
 		                      "dvar_writer_finish_part and dvar_writer_commit_parts", w->final_dir);
+	if (w->streaming)
+		return check_usable(w);
 	/* One part: its own entries are all there are. */
 	dvar_bytes b = { 0 };
 	int rc = finish(w, &b);
@@ -1083,8 +1290,13 @@ void dvar_writer_free(dvar_writer *w)
 		dvar_fs_rmtree(w->tmp_dir);
 		dvar_error_restore(saved.code, msg);
 	}
+	if (w->streaming) /* the reserved entry of a slice never ended */
+		dvar_slice_entry_clear(&w->vars[w->stream_var].slices[w->vars[w->stream_var].num_slices]);
 	for (size_t i = 0; i < w->num_vars; i++)
 		dvar_var_entry_clear(&w->vars[i]);
+	for (size_t k = 0; w->stage && k < w->stage_cap; k++)
+		free(w->stage[k]);
+	free(w->stage);
 	dvar_stash_free(w->buffers, free);
 	free(w->vars);
 	free(w->table);

@@ -1,6 +1,7 @@
 /*
- * dvar/format.h - the on-disk checkpoint: writing one, reading any slice of
- * it back, verifying it, and the checkpoint root (ckpt-<step>/ directories
+ * dvar/format.h - the on-disk checkpoint: writing one (whole tensors or
+ * streamed pieces), reading any slice of it back, mapping raw slices in
+ * place, verifying it, and the checkpoint root (ckpt-<step>/ directories
  * plus the `checkpoint` pointer file). docs/FORMAT.md gives the bytes.
  *
  * A checkpoint is a directory holding an `index` (an immutable LevelDB table)
@@ -90,6 +91,54 @@ DVAR_EXTERN(int) dvar_writer_open_step(dvar_writer **out, const char *root, int6
 DVAR_EXTERN(int) dvar_writer_add(dvar_writer *w, const char *name, int dtype,
                                  const dvar_shape *full, const dvar_slice *slice,
                                  const void *data);
+
+/*
+ * Streamed slices: the same as dvar_writer_add, for data that arrives in
+ * pieces (read from another checkpoint, received from the network, ...):
+ *
+ *     dvar_writer_begin_slice(w, "emb", DVAR_FLOAT32, &full, &rows);
+ *     while (more)
+ *         dvar_writer_write(w, piece, piece_bytes);   any sizes, in order
+ *     dvar_writer_end_slice(w);
+ *
+ * The writer holds at most `threads` chunks of the slice (one staging
+ * buffer of chunk_size bytes per pool thread, reused for every streamed
+ * slice until dvar_writer_free) plus its usual per-thread chunk buffers,
+ * whatever the slice's size. The bytes are chunked, checksummed, compressed
+ * and written exactly as dvar_writer_add would write the whole buffer: with
+ * DVAR_COMPRESS_NONE, or with one thread, the data file and the index come
+ * out byte for byte the same (with several threads lz4 chunks land in the
+ * order they finish, as in dvar_writer_add; DVAR_COMPRESS_AUTO's choice
+ * depends on a speed test). While a slice is open the writer accepts only
+ * dvar_writer_write, dvar_writer_end_slice and dvar_writer_free (anything
+ * else is DVAR_EINVAL). A failed write or end leaves the writer unusable:
+ * nothing can be committed any more, free it.
+ */
+
+/**
+ * Open a slice whose data will come through dvar_writer_write: the
+ * arguments and checks are dvar_writer_add's (slice NULL = the whole
+ * variable). The variable counts as added from here on.
+ */
+DVAR_EXTERN(int) dvar_writer_begin_slice(dvar_writer *w, const char *name, int dtype,
+                                         const dvar_shape *full, const dvar_slice *slice);
+
+/**
+ * The next len bytes of the open slice's elements (row-major within the
+ * slice, as dvar_writer_add takes them), in any piece sizes, element
+ * boundaries included. data is borrowed for the call; the chunks it
+ * completes are written before the call returns.
+ * @return DVAR_EINVAL when no slice is open, or when the pieces so far add
+ *         up to more than the slice's bytes (the slice is then abandoned).
+ */
+DVAR_EXTERN(int) dvar_writer_write(dvar_writer *w, const void *data, size_t len);
+
+/**
+ * Close the open slice: it is saved from here on.
+ * @return DVAR_EINVAL when no slice is open, or when fewer bytes than the
+ *         slice holds were written (naming both counts).
+ */
+DVAR_EXTERN(int) dvar_writer_end_slice(dvar_writer *w);
 
 /**
  * Finish: write the index, fsync every file and the directory, rename the
@@ -265,6 +314,52 @@ DVAR_EXTERN(int) dvar_reader_var_slice(const dvar_reader *r, size_t i, size_t j,
  */
 DVAR_EXTERN(int) dvar_reader_read(dvar_reader *r, size_t i, const dvar_slice *slice,
                                   void *dst, uint64_t dst_bytes);
+
+/* Mapping: zero-copy access to raw data, for serving. docs/FORMAT.md, "Mapping". */
+
+/** dvar_reader_map flags. */
+#define DVAR_MAP_VERIFY (1u << 0) /**< check every checksum of the bytes before returning */
+
+/** dvar_reader_map's j for the whole variable (saved as one slice covering it). */
+#define DVAR_MAP_WHOLE ((size_t)-1)
+
+/**
+ * A read-only mapping of a saved slice's bytes. Filled by dvar_reader_map,
+ * released by dvar_reader_unmap; the fields ending in _ are the mapping's
+ * own. A zeroed struct is an empty mapping (unmapping it is a no-op).
+ */
+typedef struct {
+	const void *data; /**< the elements, row-major, little-endian; NULL when size is 0 */
+	uint64_t size;    /**< bytes at data: the slice's byte count */
+	void *base_;
+	size_t length_;
+} dvar_mapping;
+
+/**
+ * Map saved slice j of variable i (DVAR_MAP_WHOLE: the variable, which
+ * must then be saved as one slice covering its shape) read-only from its
+ * data file, and point out->data at its bytes: no copy, no read until the
+ * pages are touched. Only a slice whose chunks are all raw and lie
+ * back to back in chunk order in its data file can be mapped; a
+ * checkpoint written with DVAR_COMPRESS_NONE (as `dvar export
+ * --single-shard` writes) has only such slices.
+ * @param flags  DVAR_MAP_VERIFY: read every byte once and check the
+ *               block and chunk checksums first (DVAR_ECORRUPT naming the
+ *               chunk when one fails). Without it nothing is checked: the
+ *               bytes are what the file holds.
+ * @return DVAR_ENOTSUPP saying why when the slice cannot be mapped (a
+ *         compressed chunk, chunks out of order, several slices for
+ *         DVAR_MAP_WHOLE); DVAR_ECORRUPT when the data file is missing or
+ *         shorter than the index says; DVAR_EINVAL for i or j out of range.
+ * The mapping stays valid after dvar_reader_free until dvar_reader_unmap.
+ * As with any mapping, a data file truncated by someone else meanwhile makes
+ * touching the lost pages fault (SIGBUS).
+ */
+DVAR_EXTERN(int) dvar_reader_map(dvar_reader *r, size_t i, size_t j, uint32_t flags,
+                                 dvar_mapping *out);
+
+/** Release a mapping and zero *m. NULL, or an empty mapping, is a no-op. */
+DVAR_EXTERN(void) dvar_reader_unmap(dvar_mapping *m);
 
 /** Bytes this reader has read from data files so far. */
 DVAR_EXTERN(uint64_t) dvar_reader_bytes_read(const dvar_reader *r);

@@ -1,10 +1,12 @@
 #!/usr/bin/python3
 """tests/cli/test_cli.py - runs the built `dvar` command on real checkpoints
-(imported from numpy arrays, or written through libdvar with ctypes where the
-CLI cannot make them: bfloat16, variables saved as several slices) and checks
-exit codes, values and messages.
+(imported from numpy arrays, or written through libdvar with ctypes or
+tests/cli/cli_helper.c where the CLI cannot make them: bfloat16, variables
+saved as several slices, attributes) and checks exit codes, values and
+messages.
 
-    test_cli.py --dvar build/cli/dvar --lib build/libdvar.so [--group NAME] [unittest args]
+    test_cli.py --dvar build/cli/dvar --helper build/tests/cli/dvar_cli_helper
+                [--lib build/libdvar.so | --sanitized] [--group NAME] [unittest args]
 """
 import argparse
 import ctypes
@@ -24,6 +26,8 @@ import numpy as np
 
 DVAR = None  # the command under test
 LIB = None   # libdvar.so, for checkpoints the CLI cannot write
+HELPER = None  # tests/cli/cli_helper.c: writing any checkpoint, dvar_reader_map
+SANITIZED = False  # built with ASan: memory bounds do not apply
 
 # numpy dtype -> dvar dtype name, for every type a .npy file can carry to dvar
 DTYPES = {
@@ -196,10 +200,112 @@ def to_bfloat16(a):
     return (bits >> 16).astype(np.uint16)
 
 
+def div_offsets(rows, m):
+    """TensorFlow's div rule: min(m, rows) shards, the first rows % n one row longer."""
+    if rows == 0:
+        return [0, 0]
+    n = min(m, rows)
+    base, extra = divmod(rows, n)
+    offsets = [0]
+    for i in range(n):
+        offsets.append(offsets[-1] + base + (1 if i < extra else 0))
+    return offsets
+
+
+def shard_attrs(n):
+    return {"kind": "sharded", "shards": str(n), "layout": "div"} if n > 1 else {}
+
+
+def escape_name(name):
+    """A variable name for cli_helper's spec file: %XX for anything but [A-Za-z0-9/_.-]."""
+    raw = name.encode("utf-8", "surrogateescape") if isinstance(name, str) else name
+    return "".join(chr(b) if chr(b).isalnum() and b < 128 or chr(b) in "/_.-" else "%%%02X" % b
+                   for b in raw)
+
+
+def bf16_bits(rng, shape):
+    """Random bfloat16 values (no NaN) as their uint16 bits."""
+    f = (rng.standard_normal(size=shape) * 100).astype(np.float32)
+    return (f.view(np.uint32) >> 16).astype(np.uint16)
+
+
+def bf16_as_f32(bits):
+    """What `dvar cat --npy` writes for bfloat16: the float32 each value is."""
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+class HelperMixin:
+    """Checkpoints written and mapped through tests/cli/cli_helper.c."""
+
+    def helper(self, *args, code=0):
+        p = subprocess.run([HELPER] + [str(a) for a in args], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE)
+        out = p.stdout.decode("utf-8", "replace")
+        err = p.stderr.decode("utf-8", "replace")
+        self.assertEqual(p.returncode, code, "cli_helper %s: %s%s" % (" ".join(map(str, args)),
+                                                                      out, err))
+        return out, err
+
+    def helper_write(self, out, variables, *opts):
+        """variables: (name, dtype name, shape, [(slice text or "all", array)], attrs)."""
+        lines = []
+        for name, dtype, shape, slices, attrs in variables:
+            lines.append("var %s %s %s" % (escape_name(name), dtype,
+                                           ",".join(map(str, shape)) if shape else "-"))
+            for spec, arr in slices:
+                path = self.path("raw-%d.bin" % len(os.listdir(self.dir)))
+                with open(path, "wb") as f:
+                    f.write(np.ascontiguousarray(arr).tobytes())
+                lines.append("slice %s %s" % (spec, path))
+            for key, value in attrs.items():
+                lines.append("attr %s %s" % (key, value))
+        spec = self.path("spec-%d.txt" % len(os.listdir(self.dir)))
+        with open(spec, "w") as f:
+            f.write("\n".join(lines) + "\n")
+        self.helper("write", out, spec, *opts)
+
+    def helper_map(self, ckpt, name, *opts, code=0):
+        dst = self.path("map-%d.bin" % len(os.listdir(self.dir)))
+        out, err = self.helper("map", ckpt, name, dst, *opts, code=code)
+        if code:
+            return err
+        with open(dst, "rb") as f:
+            data = f.read()
+        m = re.match(r"^size (\d+) aligned (\d)\n$", out)
+        self.assertTrue(m, out)
+        self.assertEqual(int(m.group(1)), len(data))
+        return data, m.group(2) == "1"
+
+    def layout(self, ckpt):
+        """{name: (dtype, shape, [(start, length)...] in saved order, attributes)}."""
+        return {v["name"]: (v["dtype"], tuple(v["shape"]),
+                            [(tuple(s["start"]), tuple(s["length"])) for s in v["slices"]],
+                            v["attributes"])
+                for v in self.inspect_json(ckpt)["variables"]}
+
+    def assert_div_layout(self, info, n_want, shape):
+        """Slices are the div layout of n_want shards over shape (capped), attrs to match."""
+        offsets = div_offsets(shape[0], n_want) if shape else [0, 1]
+        n = len(offsets) - 1
+        if shape:
+            want = [((offsets[k],) + (0,) * (len(shape) - 1),
+                     (offsets[k + 1] - offsets[k],) + tuple(shape[1:])) for k in range(n)]
+        else:
+            want = [((), ())]
+        self.assertEqual(info[2], want)
+        return n
+
+    def no_leftovers(self, parent, name):
+        """Nothing named name, and no hidden temporary sibling of it, in parent."""
+        left = [f for f in os.listdir(parent) if f == name or f.startswith("." + name + ".")
+                or f.startswith(name + ".tmp")]
+        self.assertEqual(left, [], "left behind in %s" % parent)
+
+
 # ----------------------------------------------------------------- import
 
 
-class ImportTest(CliCase):
+class ImportTest(CliCase, HelperMixin):
     group = "import"
 
     def test_every_dtype_and_rank_round_trips(self):
@@ -406,6 +512,48 @@ class ImportTest(CliCase):
 
 
 # -------------------------------------------------------------------- cat
+
+    def test_shards(self):
+        a = self.rng.standard_normal((10, 3)).astype(np.float32)
+        b = np.arange(7 * 2, dtype=np.int16).reshape(7, 2)
+        s = np.array(3.5)
+        ckpt = self.path("ckpt")
+        _, err = self.import_arrays(ckpt, {"a": a, "b": b, "s": s}, "--shards", "a=4",
+                                    "--shards", "b=8", "--shards", "s=2")
+        self.assertIn("dvar import: note: 'b' has 7 rows: 7 shards, not 8\n", err)
+        self.assertIn("dvar import: note: 's' is a scalar: 1 shard, not 2\n", err)
+        layout = self.layout(ckpt)
+        self.assertEqual(layout["a"][2], [((0, 0), (3, 3)), ((3, 0), (3, 3)), ((6, 0), (2, 3)),
+                                          ((8, 0), (2, 3))])
+        self.assertEqual(layout["a"][3], {"kind": "sharded", "shards": "4", "layout": "div"})
+        self.assertEqual(self.assert_div_layout(layout["b"], 8, b.shape), 7)
+        self.assertEqual(layout["b"][3], shard_attrs(7))
+        self.assertEqual(layout["s"][2], [((), ())])
+        self.assertEqual(layout["s"][3], {})
+        self.assert_same_array(self.cat_npy(ckpt, "a"), a)
+        self.assert_same_array(self.cat_npy(ckpt, "b"), b)
+        self.assert_same_array(self.cat_npy(ckpt, "s"), s)
+        # One shard is a plain variable, as TensorFlow saves it.
+        one = self.path("one")
+        self.import_arrays(one, {"a": a}, "--shards", "a=1", "--compress", "lz4")
+        self.assertEqual(self.layout(one)["a"][2:], ([((0, 0), (10, 3))], {}))
+        self.assert_same_array(self.cat_npy(one, "a"), a)
+
+    def test_shards_errors(self):
+        npy = self.save_npy(np.zeros((4, 2)))
+        cases = [
+            (["--shards", "b=2"], "dvar import: --shards: no array named 'b' is imported\n"),
+            (["--shards", "a=0"], "dvar import: --shards 'a=0': N must be at least 1\n"),
+            (["--shards", "a=x"], "dvar import: --shards 'a=x' is not NAME=N\n"),
+            (["--shards", "a=2x"], "dvar import: --shards 'a=2x': N must be a whole number\n"),
+            (["--shards", "=2"], "dvar import: --shards '=2' is not NAME=N\n"),
+            (["--shards", "a=2", "--shards", "a=3"], "dvar import: --shards gives 'a' twice\n"),
+        ]
+        for opts, message in cases:
+            with self.subTest(opts=opts):
+                _, err = self.dvar("import", self.path("out"), "a=" + npy, *opts, code=2)
+                self.assertEqual(err, message + "See 'dvar help import'.\n")
+                self.assertFalse(os.path.exists(self.path("out")))
 
 
 def skeleton(shape):
@@ -1165,10 +1313,538 @@ class LsTest(CliCase):
         self.assertIn("nope", err)
 
 
-# ------------------------------------------------------------------ usage
+# ---------------------------------------------------------------- reshard
+
+# Shapes whose rows do not divide evenly, a single row, and fewer rows than shards.
+AWKWARD = {"a": (13, 5), "b": (10, 3), "c": (1, 7), "d": (7, 3)}
 
 
-COMMANDS = ["import", "inspect", "cat", "verify", "diff", "ls", "help", "version"]
+def flip_byte(path, offset):
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        byte = f.read(1)[0]
+        f.seek(offset)
+        f.write(bytes([byte ^ 0x20]))
+
+
+class ReshardTest(CliCase, HelperMixin):
+    group = "reshard"
+
+    def check_resharded(self, ckpt, arrays, shards, merged=()):
+        """Every variable of arrays is in ckpt as the div layout of shards[name], values
+        exact; those in merged were sharded and are one shard now (kind=plain)."""
+        layout = self.layout(ckpt)
+        self.assertEqual(sorted(layout), sorted(arrays))
+        for name, want in arrays.items():
+            with self.subTest(ckpt=os.path.basename(ckpt), name=name):
+                n = self.assert_div_layout(layout[name], shards[name], want.shape)
+                self.assertEqual(layout[name][3],
+                                 {"kind": "plain"} if n == 1 and name in merged else shard_attrs(n))
+                self.assert_same_array(self.cat_npy(ckpt, name), want)
+
+    def test_every_n_to_m(self):
+        arrays = {k: self.rng.standard_normal(s).astype(np.float32) for k, s in AWKWARD.items()}
+        for n in range(1, 9):
+            src = self.path("n%d" % n)
+            self.import_arrays(src, arrays, *[x for k in arrays for x in ("--shards", "%s=%d" % (k, n))])
+            self.check_resharded(src, arrays, {k: n for k in arrays})
+            for m in range(1, 9):
+                dst = self.path("n%d-m%d" % (n, m))
+                # Tiny pieces (a few elements, less than a row) now and then.
+                env = {"DVAR_CLI_PIECE_BYTES": "12"} if (n + m) % 3 == 0 else None
+                if m % 2:
+                    # --var reshards any variable, sharded or not.
+                    opts = [x for k in arrays for x in ("--var", "%s=%d" % (k, m))]
+                    want = {k: m for k in arrays}
+                else:
+                    # --shards reshards the sharded ones; plain ones (1 shard) stay plain.
+                    opts = ["--shards", m]
+                    want = {k: m if min(n, AWKWARD[k][0]) > 1 else 1 for k in arrays}
+                self.dvar("reshard", src, dst, *opts, env=env)
+                self.check_resharded(dst, arrays, want,
+                                     [k for k in arrays if min(n, AWKWARD[k][0]) > 1])
+                shutil.rmtree(dst)
+            shutil.rmtree(src)
+
+    def test_every_dtype(self):
+        variables, expect = [], {}
+        for dtype in list(DTYPES) + ["bfloat16"]:
+            name = "v_" + (DTYPES[dtype] if dtype in DTYPES else dtype)
+            if dtype == "bfloat16":
+                bits = bf16_bits(self.rng, (11, 4))
+                full, expect[name] = bits, bf16_as_f32(bits)
+            else:
+                full = random_array(dtype, (11, 4), self.rng)
+                expect[name] = full
+            offsets = div_offsets(11, 3)
+            slices = [("%d,%d:-" % (offsets[k], offsets[k + 1] - offsets[k]),
+                       full[offsets[k]:offsets[k + 1]]) for k in range(3)]
+            variables.append((name, name[2:], (11, 4), slices, shard_attrs(3)))
+        src = self.path("src")
+        self.helper_write(src, variables)
+        for m in (5, 1, 11, 12):
+            dst = self.path("m%d" % m)
+            self.dvar("reshard", src, dst, "--shards", m)
+            layout = self.layout(dst)
+            for name, want in expect.items():
+                with self.subTest(m=m, name=name):
+                    self.assertEqual(layout[name][0], name[2:])
+                    n = self.assert_div_layout(layout[name], m, (11, 4))
+                    self.assertEqual(n, min(m, 11))
+                    self.assertEqual(layout[name][3], shard_attrs(n) or {"kind": "plain"})
+                    self.assert_same_array(self.cat_npy(dst, name), want)
+            self.dvar("verify", dst)
+
+    def test_attributes_and_kept_variables(self):
+        full = self.rng.standard_normal((9, 4)).astype(np.float32)
+        cols = np.arange(6 * 5, dtype=np.int32).reshape(6, 5)
+        mirrored = np.array([1.5, 2.5])
+        src = self.path("src")
+        self.helper_write(src, [
+            ("emb", "float32", (9, 4), [("0,5:-", full[:5]), ("5,4:-", full[5:])],
+             dict(shard_attrs(2), note="keep me", aggregation="NONE")),
+            # Saved by columns, no attributes: sharded because of its two slices.
+            ("cols", "int32", (6, 5), [("-:0,2", cols[:, :2]), ("-:2,3", cols[:, 2:])], {}),
+            ("m", "float64", (2,), [("all", mirrored)],
+             {"kind": "mirrored", "synchronization": "ON_WRITE", "aggregation": "NONE"}),
+        ])
+        before = self.layout(src)
+        # --var on one variable: the others are copied as they were saved.
+        dst = self.path("var")
+        self.dvar("reshard", src, dst, "--var", "emb=3")
+        after = self.layout(dst)
+        self.assert_div_layout(after["emb"], 3, (9, 4))
+        self.assertEqual(after["emb"][3], dict(shard_attrs(3), note="keep me", aggregation="NONE"))
+        self.assertEqual(after["cols"], before["cols"])
+        self.assertEqual(after["m"], before["m"])
+        self.assert_same_array(self.cat_npy(dst, "emb"), full)
+        self.assert_same_array(self.cat_npy(dst, "cols"), cols)
+        self.assert_same_array(self.cat_npy(dst, "m"), mirrored)
+        # --shards: both sharded variables, the mirrored one kept.
+        dst = self.path("shards")
+        self.dvar("reshard", src, dst, "--shards", "4")
+        after = self.layout(dst)
+        self.assert_div_layout(after["emb"], 4, (9, 4))
+        self.assertEqual(after["emb"][3], dict(shard_attrs(4), note="keep me", aggregation="NONE"))
+        self.assert_div_layout(after["cols"], 4, (6, 5))
+        self.assertEqual(after["cols"][3], shard_attrs(4))
+        self.assertEqual(after["m"], before["m"])
+        self.assert_same_array(self.cat_npy(dst, "cols"), cols)
+        # One shard: a plain entry, without the layout's attributes.
+        dst = self.path("merged")
+        self.dvar("reshard", src, dst, "--shards", "1")
+        after = self.layout(dst)
+        self.assertEqual(after["emb"][2:], ([((0, 0), (9, 4))], {"kind": "plain", "note": "keep me",
+                                                                 "aggregation": "NONE"}))
+        self.assertEqual(after["cols"][2:], ([((0, 0), (6, 5))], {}))
+        self.assert_same_array(self.cat_npy(dst, "emb"), full)
+        # --var overrides --shards; a plain variable sharded with --var.
+        dst = self.path("override")
+        self.dvar("reshard", src, dst, "--shards", "2", "--var", "cols=1", "--var", "m=2")
+        after = self.layout(dst)
+        self.assert_div_layout(after["emb"], 2, (9, 4))
+        self.assertEqual(after["cols"][2:], ([((0, 0), (6, 5))], {}))
+        self.assert_div_layout(after["m"], 2, (2,))
+        self.assertEqual(after["m"][3], {"kind": "sharded", "shards": "2", "layout": "div",
+                                         "synchronization": "ON_WRITE", "aggregation": "NONE"})
+        self.assert_same_array(self.cat_npy(dst, "m"), mirrored)
+
+    def test_plain_variable_with_var(self):
+        w = self.rng.standard_normal((10, 3))
+        s = np.array(7, np.int64)
+        src = self.path("src")
+        self.import_arrays(src, {"w": w, "s": s})
+        dst = self.path("dst")
+        _, err = self.dvar("reshard", src, dst, "--var", "w=4", "--var", "s=3")
+        self.assertEqual(err, "dvar reshard: note: variable 's' is a scalar: 1 shard, not 3\n")
+        layout = self.layout(dst)
+        self.assertEqual(layout["w"][2], [((0, 0), (3, 3)), ((3, 0), (3, 3)), ((6, 0), (2, 3)),
+                                          ((8, 0), (2, 3))])
+        self.assertEqual(layout["w"][3], shard_attrs(4))
+        self.assertEqual(layout["s"][2:], ([((), ())], {}))
+        self.assert_same_array(self.cat_npy(dst, "w"), w)
+        self.assert_same_array(self.cat_npy(dst, "s"), s)
+        # --shards alone finds nothing sharded: every variable is copied.
+        dst2 = self.path("dst2")
+        self.dvar("reshard", src, dst2, "--shards", "3")
+        self.assertEqual(self.layout(dst2), self.layout(src))
+
+    def test_compressed_checkpoint(self):
+        # Zero rows compress; lz4 chunks of 4 KiB split rows at odd places.
+        table = self.rng.standard_normal((300, 37)).astype(np.float32)
+        table[::3] = 0
+        src = self.path("src")
+        self.import_arrays(src, {"t": table}, "--shards", "t=7", "--compress", "lz4",
+                           "--chunk-size", "4K")
+        v = self.inspect_json(src)["variables"][0]
+        self.assertLess(v["stored_bytes"], v["raw_bytes"])
+        for m, opts in ((3, ["--compress", "lz4"]), (8, ["--compress", "none"]), (1, [])):
+            dst = self.path("m%d" % m)
+            self.dvar("reshard", src, dst, "--shards", m, "--chunk-size", "8K", *opts,
+                      env={"DVAR_CLI_PIECE_BYTES": "5000"})
+            self.check_resharded(dst, {"t": table}, {"t": m}, ["t"])
+            v = self.inspect_json(dst)["variables"][0]
+            if opts == ["--compress", "lz4"]:
+                self.assertLess(v["stored_bytes"], v["raw_bytes"])
+            if opts == ["--compress", "none"]:
+                self.assertEqual(v["stored_bytes"], v["raw_bytes"])
+
+    def test_partitioner(self):
+        t = self.rng.standard_normal((100, 16)).astype(np.float32)  # 6400 bytes, 64 per row
+        src = self.path("src")
+        self.import_arrays(src, {"t": t}, "--shards", "t=2")
+        # fixed:3; min-size: min(rows, 10, ceil(6400 / 2048)); max-size: ceil(100 / (1024 // 64)).
+        for spec, n in (("fixed:3", 3), ("min-size:2K:10", 4), ("max-size:1K", 7),
+                        ("fixed:1000", 100)):
+            dst = self.path(spec.replace(":", "_"))
+            self.dvar("reshard", src, dst, "--partitioner", spec)
+            self.check_resharded(dst, {"t": t}, {"t": n})
+
+    def test_errors(self):
+        a = np.arange(12, dtype=np.float32).reshape(4, 3)
+        src = self.path("src")
+        self.import_arrays(src, {"a": a}, "--shards", "a=2")
+        out = self.path("out")
+        usage = [
+            ([], "nothing to do: give --shards, --partitioner or --var"),
+            (["--shards", "0"], "--shards must be at least 1"),
+            (["--shards", "-1"], "--shards '-1': expected a whole number >= 0"),
+            (["--var", "a=0"], "--var 'a=0': M must be at least 1"),
+            (["--var", "a"], "--var 'a' is not NAME=M"),
+            (["--var", "a=x"], "--var 'a=x': M must be a whole number"),
+            (["--var", "a=2", "--var", "a=3"], "--var gives variable 'a' twice"),
+            (["--shards", "2", "--partitioner", "fixed:2"],
+             "--shards and --partitioner both say how to shard every sharded variable: "
+             "give one of them"),
+            (["--compress", "zstd", "--shards", "2"],
+             "--compress takes auto, lz4 or none, not 'zstd'"),
+        ]
+        for opts, message in usage:
+            with self.subTest(opts=opts):
+                _, err = self.dvar("reshard", src, out, *opts, code=2)
+                self.assertEqual(err, "dvar reshard: %s\nSee 'dvar help reshard'.\n" % message)
+                self.no_leftovers(self.dir, "out")
+        _, err = self.dvar("reshard", src, out, "--partitioner", "bogus:1", code=2)
+        self.assertTrue(err.startswith("dvar reshard: --partitioner: "), err)
+        self.assertIn("bogus", err)
+        # An unknown --var: nothing is written.
+        _, err = self.dvar("reshard", src, out, "--var", "nope=2", code=3)
+        self.assertEqual(err, "dvar reshard: --var: variable 'nope' not found in checkpoint "
+                              "'%s'\n" % src)
+        self.no_leftovers(self.dir, "out")
+        # OUT exists: refused, untouched.
+        os.mkdir(out)
+        _, err = self.dvar("reshard", src, out, "--shards", "3", code=3)
+        self.assertEqual(err, "dvar reshard: '%s' already exists; give a new directory for OUT\n"
+                         % out)
+        self.assertEqual(os.listdir(out), [])
+        os.rmdir(out)
+        # IN missing, IN corrupt: a clear message, and nothing at OUT.
+        _, err = self.dvar("reshard", self.path("missing"), out, "--shards", "3", code=3)
+        self.assertTrue(err.startswith("dvar reshard: "), err)
+        self.assertIn("missing", err)
+        data = self.data_files(src)[0]
+        flip_byte(data, 4096 + 5)  # shard 1's chunk
+        _, err = self.dvar("reshard", src, out, "--shards", "3", code=3)
+        self.assertTrue(err.startswith("dvar reshard: "), err)
+        self.assertIn("variable 'a'", err)
+        self.assertIn("checksum mismatch", err)
+        self.no_leftovers(self.dir, "out")
+
+    def test_progress(self):
+        src = self.path("src")
+        self.import_arrays(src, {"a": np.zeros((3000, 100))}, "--shards", "a=3")
+        _, err = self.dvar("reshard", src, self.path("o1"), "--shards", "5", "--progress")
+        self.assertRegex(err, r"^\rreshard: +\d+% \(.* of 2\.3 MiB\)")
+        self.assertRegex(err, r"\r *\r$")
+        _, err = self.dvar("reshard", src, self.path("o2"), "--shards", "5")
+        self.assertEqual(err, "")
+
+    def test_memory_stays_bounded(self):
+        # 64 MiB in 3 shards to 5, through 1 MiB chunks: the command's peak RSS
+        # must stay far below the variable's size.
+        rows = 64 * 1024
+        big = np.lib.format.open_memmap(self.path("big.npy"), mode="w+", dtype=np.float32,
+                                        shape=(rows, 256))
+        for r in range(0, rows, 8192):
+            big[r:r + 8192] = np.arange(r, r + 8192, dtype=np.float32)[:, None]
+        big.flush()
+        del big
+        src = self.path("src")
+        self.dvar("import", src, "big=" + self.path("big.npy"), "--shards", "big=3",
+                  "--chunk-size", "1M", "--no-compress")
+        os.unlink(self.path("big.npy"))
+        dst = self.path("dst")
+        probe = ("import resource, subprocess, sys\n"
+                 "rc = subprocess.call(sys.argv[1:])\n"
+                 "print(rc, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n")
+        p = subprocess.run([sys.executable, "-c", probe, DVAR, "reshard", src, dst, "--shards", "5",
+                            "--chunk-size", "1M"], stdout=subprocess.PIPE, check=True)
+        rc, kib = map(int, p.stdout.split())
+        self.assertEqual(rc, 0)
+        if not SANITIZED:
+            self.assertLess(kib, 48 * 1024, "peak RSS %d KiB for a 64 MiB variable" % kib)
+        layout = self.layout(dst)
+        self.assert_div_layout(layout["big"], 5, (rows, 256))
+        self.dvar("verify", dst)
+        # Spot checks: the first and last rows of every shard.
+        for lo, hi in zip(div_offsets(rows, 5), div_offsets(rows, 5)[1:]):
+            got = self.cat_npy(dst, "big", "--slice", "%d,1:-" % lo)
+            self.assertTrue((got == lo).all())
+            got = self.cat_npy(dst, "big", "--slice", "%d,1:0,3" % (hi - 1))
+            self.assertTrue((got == hi - 1).all())
+
+
+# ----------------------------------------------------------------- export
+
+
+def parse_safetensors(path):
+    """The standard layout, checked strictly: (header dict, {name: bytes})."""
+    with open(path, "rb") as f:
+        blob = f.read()
+    assert len(blob) >= 8, "shorter than the length prefix"
+    n = int.from_bytes(blob[:8], "little")
+    assert (8 + n) % 8 == 0, "data does not start 8-byte aligned"
+    text = blob[8:8 + n].decode("utf-8")
+    assert text.startswith("{"), text[:20]
+    assert text == text.rstrip(" ").ljust(n), "header padding is not spaces"
+    header = json.loads(text)
+    data = blob[8 + n:]
+    tensors, end = {}, 0
+    for name, info in sorted(((k, v) for k, v in header.items() if k != "__metadata__"),
+                             key=lambda kv: kv[1]["data_offsets"]):
+        begin, stop = info["data_offsets"]
+        assert begin == end, "%s starts at %d, not %d" % (name, begin, end)
+        size = {"F32": 4, "F64": 8, "F16": 2, "BF16": 2, "I8": 1, "I16": 2, "I32": 4,
+                "I64": 8, "U8": 1, "U16": 2, "U32": 4, "U64": 8, "BOOL": 1}[info["dtype"]]
+        assert stop - begin == size * int(np.prod(info["shape"], dtype=np.int64)), name
+        tensors[name] = data[begin:stop]
+        end = stop
+    assert end == len(data), "%d bytes of data, the header covers %d" % (len(data), end)
+    return header, tensors
+
+
+ST_DTYPES = {"float32": "F32", "float64": "F64", "float16": "F16", "bfloat16": "BF16",
+             "int8": "I8", "int16": "I16", "int32": "I32", "int64": "I64", "uint8": "U8",
+             "uint16": "U16", "uint32": "U32", "uint64": "U64", "bool": "BOOL"}
+
+
+class ExportTest(CliCase, HelperMixin):
+    group = "export"
+
+    def make_source(self):
+        """Sharded variables of every dtype (lz4 where it pays), a plain one,
+        a scalar, an empty one and optimizer slots; returns {name: (dtype, full bytes, shape)}."""
+        variables, expect = [], {}
+        for k, dtype in enumerate(list(DTYPES) + ["bfloat16"]):
+            dname = DTYPES[dtype] if dtype in DTYPES else dtype
+            shape = (13, 5) if k % 2 else (10, 3)
+            full = bf16_bits(self.rng, shape) if dtype == "bfloat16" else \
+                random_array(dtype, shape, self.rng)
+            full[::2] = 0  # some zero rows, so lz4 takes some chunks
+            n = 2 + k % 4
+            offsets = div_offsets(shape[0], n)
+            slices = [("%d,%d:-" % (offsets[j], offsets[j + 1] - offsets[j]),
+                       full[offsets[j]:offsets[j + 1]]) for j in range(len(offsets) - 1)]
+            name = "model/" + dname
+            variables.append((name, dname, shape, slices, dict(shard_attrs(n), note=dname)))
+            expect[name] = (dname, full.tobytes(), shape)
+        plain = self.rng.standard_normal((3, 4))
+        scalar = np.array(42, np.int64)
+        empty = np.zeros((0, 4), np.float32)
+        slot = self.rng.standard_normal((10, 3)).astype(np.float32)
+        variables += [
+            ("plain", "float64", (3, 4), [("all", plain)], {"kind": "plain"}),
+            ("step", "int64", (), [("all", scalar)], {}),
+            ("empty", "float32", (0, 4), [("all", empty)], {}),
+            ("opt/m/emb", "float32", (10, 3), [("0,5:-", slot[:5]), ("5,5:-", slot[5:])],
+             shard_attrs(2)),
+            ("slot_v", "float32", (10, 3), [("all", slot)], {}),
+            ("zeros", "uint8", (64, 100), [("all", np.zeros((64, 100), np.uint8))], {}),
+        ]
+        expect["zeros"] = ("uint8", bytes(6400), (64, 100))
+        expect["plain"] = ("float64", plain.tobytes(), (3, 4))
+        expect["step"] = ("int64", scalar.tobytes(), ())
+        expect["empty"] = ("float32", b"", (0, 4))
+        expect["opt/m/emb"] = ("float32", slot.tobytes(), (10, 3))
+        expect["slot_v"] = ("float32", slot.tobytes(), (10, 3))
+        src = self.path("src")
+        self.helper_write(src, variables, "--compress", "lz4", "--chunk-size", "4096")
+        return src, expect
+
+    def test_dvar_export_maps_exactly(self):
+        src, expect = self.make_source()
+        self.assertTrue(any(v["stored_bytes"] < v["raw_bytes"]
+                            for v in self.inspect_json(src)["variables"]))
+        before = self.layout(src)
+        out = self.path("serving")
+        self.dvar("export", src, out, "--single-shard", env={"DVAR_CLI_PIECE_BYTES": "40"})
+        doc = self.inspect_json(out)
+        self.assertEqual(sorted(v["name"] for v in doc["variables"]), sorted(expect))
+        for v in doc["variables"]:
+            name = v["name"]
+            dtype, data, shape = expect[name]
+            with self.subTest(name=name):
+                self.assertEqual((v["dtype"], tuple(v["shape"])), (dtype, shape))
+                self.assertEqual(v["stored_bytes"], v["raw_bytes"])  # raw, uncompressed
+                self.assertEqual(len(v["slices"]), 1)
+                # Attributes: the layout's go, the others stay.
+                attrs = {k: x for k, x in before[name][3].items() if k not in ("shards", "layout")}
+                if attrs.get("kind") == "sharded":
+                    attrs["kind"] = "plain"
+                self.assertEqual(v["attributes"], attrs)
+                mapped, aligned = self.helper_map(out, name, "--verify")
+                self.assertEqual(mapped, data)
+                self.assertTrue(aligned)
+                mapped, _ = self.helper_map(out, name)
+                self.assertEqual(mapped, data)
+        self.dvar("verify", out)
+        # The source itself cannot be mapped: several slices, lz4 chunks.
+        err = self.helper_map(src, "model/float32", code=1)
+        self.assertIn("cannot map variable 'model/float32' whole: it is saved as", err)
+        err = self.helper_map(src, "zeros", code=1)
+        self.assertIn("cannot map variable 'zeros' slice -:-: chunk 0 of 2 is lz4-compressed", err)
+
+    def test_large_variable_maps(self):
+        # Many chunks, written by several threads: still one contiguous run.
+        a = self.rng.standard_normal((1000, 300)).astype(np.float32)
+        src = self.path("src")
+        self.import_arrays(src, {"a": a}, "--shards", "a=7", "--chunk-size", "4K")
+        out = self.path("out")
+        self.dvar("export", src, out, "--single-shard", "--chunk-size", "8K")
+        self.assertEqual(self.inspect_json(out)["variables"][0]["num_chunks"], -(-a.nbytes // 8192))
+        mapped, aligned = self.helper_map(out, "a", "--verify")
+        self.assertEqual(mapped, a.tobytes())
+        self.assertTrue(aligned)
+
+    def test_safetensors(self):
+        src, expect = self.make_source()
+        out = self.path("model.safetensors")
+        self.dvar("export", src, out, "--single-shard", "--format", "safetensors",
+                  env={"DVAR_CLI_PIECE_BYTES": "24"})
+        header, tensors = parse_safetensors(out)
+        self.assertEqual(header["__metadata__"], {"format": "pt"})
+        self.assertEqual(sorted(tensors), sorted(expect))
+        for name, (dtype, data, shape) in expect.items():
+            with self.subTest(name=name):
+                self.assertEqual(header[name]["dtype"], ST_DTYPES[dtype])
+                self.assertEqual(tuple(header[name]["shape"]), shape)
+                self.assertEqual(tensors[name], data)
+        self.assertEqual(oct(os.stat(out).st_mode & 0o777), oct(0o666 & ~self.umask()))
+        self.assertEqual(sorted(os.listdir(self.dir)), sorted(
+            [f for f in os.listdir(self.dir) if not f.startswith("model.safetensors.tmp")]))
+
+    def umask(self):
+        mask = os.umask(0)
+        os.umask(mask)
+        return mask
+
+    def test_safetensors_values_with_numpy(self):
+        # numpy reads back what a safetensors reader would hand a framework.
+        arrays = {"f16": self.rng.standard_normal((4, 3)).astype(np.float16),
+                  "u64": np.array([0, 2**64 - 1, 5], np.uint64),
+                  "b": np.array([[True, False], [False, True]])}
+        src = self.path("src")
+        self.import_arrays(src, arrays, "--shards", "f16=3")
+        out = self.path("m.safetensors")
+        self.dvar("export", src, out, "--single-shard", "--format=safetensors")
+        header, tensors = parse_safetensors(out)
+        np_types = {"F16": np.float16, "U64": np.uint64, "BOOL": np.bool_}
+        for name, want in arrays.items():
+            got = np.frombuffer(tensors[name], np_types[header[name]["dtype"]])
+            self.assert_same_array(got.reshape(header[name]["shape"]), want)
+
+    def test_drop_prefix(self):
+        src, expect = self.make_source()
+        for fmt in ("dvar", "safetensors"):
+            out = self.path("out-" + fmt)
+            self.dvar("export", src, out, "--single-shard", "--format", fmt,
+                      "--drop-prefix", "opt/", "--drop-prefix", "slot_")
+            if fmt == "dvar":
+                names = [v["name"] for v in self.inspect_json(out)["variables"]]
+            else:
+                names = list(parse_safetensors(out)[1])
+            self.assertEqual(sorted(names), sorted(k for k in expect
+                                                   if not k.startswith(("opt/", "slot_"))))
+
+    def test_errors(self):
+        a = np.arange(12, dtype=np.float32).reshape(4, 3)
+        src = self.path("src")
+        self.import_arrays(src, {"a": a}, "--shards", "a=2")
+        out = self.path("out")
+        usage = [
+            ([], "export writes every variable as one full tensor: give --single-shard"),
+            (["--single-shard", "--format", "npz"],
+             "--format takes dvar or safetensors, not 'npz'"),
+            (["--single-shard", "--format", "safetensors", "--chunk-size", "8K"],
+             "--chunk-size applies to --format dvar only"),
+            (["--single-shard", "--chunk-size", "1000"],
+             "--chunk-size must be a multiple of 4096 from 4096 to 1 GiB"),
+            (["--single-shard", "--drop-prefix", ""], "--drop-prefix '' would drop every variable"),
+        ]
+        for opts, message in usage:
+            with self.subTest(opts=opts):
+                _, err = self.dvar("export", src, out, *opts, code=2)
+                self.assertEqual(err, "dvar export: %s\nSee 'dvar help export'.\n" % message)
+                self.no_leftovers(self.dir, "out")
+        for fmt in ("dvar", "safetensors"):
+            with open(out, "w") as f:
+                f.write("x")
+            _, err = self.dvar("export", src, out, "--single-shard", "--format", fmt, code=3)
+            self.assertEqual(err, "dvar export: '%s' already exists; give a new path for OUT\n"
+                             % out)
+            with open(out) as f:
+                self.assertEqual(f.read(), "x")
+            os.unlink(out)
+        # A corrupt IN: nothing at OUT, no temporary file.
+        flip_byte(self.data_files(src)[0], 4096 + 7)
+        for fmt in ("dvar", "safetensors"):
+            _, err = self.dvar("export", src, out, "--single-shard", "--format", fmt, code=3)
+            self.assertTrue(err.startswith("dvar export: "), err)
+            self.assertIn("checksum mismatch", err)
+            self.no_leftovers(self.dir, "out")
+
+    def test_names_and_coverage(self):
+        half = np.arange(6, dtype=np.int32).reshape(2, 3)
+        src = self.path("src")
+        self.helper_write(src, [
+            (b"bad\xffname", "int32", (2, 3), [("all", half)], {}),
+            ("__metadata__", "int32", (2, 3), [("all", half)], {}),
+            ("partial", "int32", (4, 3), [("0,2:-", half)], {}),
+        ])
+        out = self.path("out")
+        _, err = self.dvar("export", src, out, "--single-shard", "--format", "safetensors",
+                           "--drop-prefix", "partial", "--drop-prefix", "__", code=3)
+        self.assertIn("cannot be named in a safetensors file (names must be UTF-8", err)
+        self.no_leftovers(self.dir, "out")
+        _, err = self.dvar("export", src, out, "--single-shard", "--format", "safetensors",
+                           "--drop-prefix", "partial", "--drop-prefix", "bad", code=3)
+        self.assertIn("variable '__metadata__' cannot be named in a safetensors file", err)
+        # A variable whose saved slices do not cover it cannot be exported whole.
+        _, err = self.dvar("export", src, out, "--single-shard", code=3)
+        self.assertIn("variable 'partial': slice -:- is not covered by the 1 saved slices", err)
+        self.no_leftovers(self.dir, "out")
+        self.dvar("export", src, out, "--single-shard", "--drop-prefix", "partial")
+        self.assertEqual(len(self.inspect_json(out)["variables"]), 2)
+
+    def test_progress(self):
+        src = self.path("src")
+        self.import_arrays(src, {"a": np.zeros((3000, 100))}, "--shards", "a=3")
+        for fmt in ("dvar", "safetensors"):
+            _, err = self.dvar("export", src, self.path("o-" + fmt), "--single-shard", "--format",
+                               fmt, "--progress")
+            self.assertRegex(err, r"^\rexport: +\d+% \(.* of 2\.3 MiB\)")
+            self.assertRegex(err, r"\r *\r$")
+            _, err = self.dvar("export", src, self.path("p-" + fmt), "--single-shard",
+                               "--format", fmt)
+            self.assertEqual(err, "")
+
+
+# -------------------------------------------------------------------- usage
+
+
+COMMANDS = ["import", "inspect", "cat", "verify", "diff", "ls", "reshard", "export", "help",
+            "version"]
 
 
 class UsageTest(CliCase):
@@ -1282,14 +1958,18 @@ class UsageTest(CliCase):
 
 
 def main():
-    global DVAR, LIB
+    global DVAR, LIB, HELPER, SANITIZED
     parser = argparse.ArgumentParser()
     parser.add_argument("--dvar", required=True, help="the dvar command to test")
     parser.add_argument("--lib", help="libdvar.so, for checkpoints the CLI cannot write")
+    parser.add_argument("--helper", required=True, help="tests/cli/cli_helper")
+    parser.add_argument("--sanitized", action="store_true", help="libdvar is built with ASan")
     parser.add_argument("--group", help="run only this group of tests")
     args, rest = parser.parse_known_args()
     DVAR = os.path.abspath(args.dvar)
     LIB = args.lib and os.path.abspath(args.lib)
+    HELPER = os.path.abspath(args.helper)
+    SANITIZED = args.sanitized
     loader = unittest.TestLoader()
     suite = unittest.TestSuite()
     for case in CliCase.__subclasses__():

@@ -1,0 +1,339 @@
+/*
+ * cli/cmd_export.c - `dvar export IN OUT --single-shard`: every variable as
+ * one full tensor, for serving. As a dvar checkpoint (uncompressed, each
+ * variable one contiguous page-aligned run that dvar_reader_map maps), or as
+ * one safetensors file (8-byte little-endian header length, a JSON header
+ * padded with spaces to a multiple of 8, then the tensors back to back). Both
+ * stream each variable in bounded pieces from whatever slices were saved;
+ * both appear at OUT only when complete.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+static const char *in_path;
+static const char *out_path;
+static int single_shard;
+static const char *format = "dvar";
+static cli_args drop;
+static uint64_t chunk_size;
+static int progress = -1;
+
+static const cli_opt opts[] = {
+	{ CLI_OPT_ARG, "IN", NULL, &in_path, 0, CLI_OPT_REQUIRED,
+	  "the checkpoint to read (a directory, or a root: its latest)" },
+	{ CLI_OPT_ARG, "OUT", NULL, &out_path, 0, CLI_OPT_REQUIRED,
+	  "what to create: a checkpoint directory, or a .safetensors file;\nit must not exist" },
+	{ CLI_OPT_SWITCH, "single-shard", NULL, &single_shard, 1, 0,
+	  "merge every sharded variable into one full tensor (required)" },
+	{ CLI_OPT_STRING, "format", "FORMAT", &format, 0, 0,
+	  "dvar (default): a checkpoint with every chunk raw, each variable\n"
+	  "mappable in place (dvar_reader_map); safetensors: one file" },
+	{ CLI_OPT_LIST, "drop-prefix", "PREFIX", &drop, 0, 0,
+	  "leave out the variables whose name starts with PREFIX (optimizer\n"
+	  "slots, say). Repeatable" },
+	{ CLI_OPT_BYTES, "chunk-size", "BYTES", &chunk_size, 0, 0,
+	  "--format dvar: raw bytes per chunk, a multiple of 4K from 4K to 1G\n(default 4M)" },
+	CLI_PROGRESS_OPTS(&progress),
+	{ CLI_OPT_END, NULL, NULL, NULL, 0, 0, NULL }
+};
+
+static const cli_usage usage = {
+	opts,
+	"In a dvar export a sharded variable loses its shards and layout attributes\n"
+	"and kind=sharded becomes kind=plain; every other attribute is kept.\n"
+	"safetensors dtypes: F32, F64, F16, BF16, I8, I16, I32, I64, U8, U16, U32,\n"
+	"U64, BOOL; variable names must be UTF-8 there, and the header's\n"
+	"__metadata__ is {\"format\":\"pt\"}. Memory stays at a few chunks whatever\n"
+	"the variable sizes. Nothing is left at OUT when the export fails.",
+	NULL
+};
+
+static int dropped(const char *name)
+{
+	for (int k = 0; k < drop.n; k++)
+		if (strncmp(name, drop.v[k], strlen(drop.v[k])) == 0)
+			return 1;
+	return 0;
+}
+
+static int check_options(void)
+{
+	if (!single_shard)
+		return cli_usage_error("export", "export writes every variable as one full tensor: "
+		                                 "give --single-shard");
+	if (strcmp(format, "dvar") != 0 && strcmp(format, "safetensors") != 0)
+		return cli_usage_error("export", "--format takes dvar or safetensors, not '%s'", format);
+	if (chunk_size && strcmp(format, "dvar") != 0)
+		return cli_usage_error("export", "--chunk-size applies to --format dvar only");
+	if (chunk_size && (chunk_size % 4096 || chunk_size > (1u << 30)))
+		return cli_usage_error("export", "--chunk-size must be a multiple of 4096 from 4096 "
+		                                 "to 1 GiB");
+	for (int k = 0; k < drop.n; k++)
+		if (!drop.v[k][0])
+			return cli_usage_error("export", "--drop-prefix '' would drop every variable");
+	return 0;
+}
+
+/* Bytes of variable i written whole. */
+static uint64_t full_bytes(const dvar_var_info *v)
+{
+	uint64_t n = 0;
+
+	dvar_shape_num_bytes(&v->shape, v->dtype, &n);
+	return n;
+}
+
+/* ------------------------------------------------------------------- dvar */
+
+static int export_dvar(dvar_reader *r, uint64_t total)
+{
+	dvar_write_options wo = DVAR_WRITE_OPTIONS_INIT;
+	dvar_writer *w = NULL;
+	dvar_var_info v;
+	dvar_slice full;
+	cli_progress pr;
+	cli_copier c;
+	int rc = CLI_EXIT_OK;
+
+	wo.chunk_size = chunk_size;
+	wo.compress = DVAR_COMPRESS_NONE;
+	wo.threads = cli_stream_threads();
+	if (dvar_writer_open(&w, out_path, &wo) != DVAR_OK)
+		return cli_error_dvar("export");
+	cli_progress_init(&pr, "export", progress, 0);
+	cli_copier_init(&c, "export", &pr, total);
+	for (size_t i = 0; rc == CLI_EXIT_OK && i < dvar_reader_num_vars(r); i++) {
+		if (dvar_reader_var(r, i, &v) != DVAR_OK) {
+			rc = cli_error_dvar("export");
+			break;
+		}
+		if (dropped(v.name))
+			continue;
+		dvar_slice_full(&full, &v.shape);
+		rc = cli_copy_region(&c, r, i, &v, w, &full);
+		if (rc == CLI_EXIT_OK &&
+		    cli_copy_attrs(r, i, w, v.name, cli_var_is_sharded(r, i) ? 1 : 0) != DVAR_OK)
+			rc = cli_error_dvar("export");
+	}
+	if (rc == CLI_EXIT_OK && dvar_writer_commit(w) != DVAR_OK)
+		rc = cli_error_dvar("export");
+	cli_progress_end(&pr);
+	cli_copier_free(&c);
+	dvar_writer_free(w);
+	return rc;
+}
+
+/* ------------------------------------------------------------- safetensors */
+
+static const char *st_dtype(int dtype)
+{
+	switch (dtype) {
+	case DVAR_FLOAT32: return "F32";
+	case DVAR_FLOAT64: return "F64";
+	case DVAR_FLOAT16: return "F16";
+	case DVAR_BFLOAT16: return "BF16";
+	case DVAR_INT8: return "I8";
+	case DVAR_INT16: return "I16";
+	case DVAR_INT32: return "I32";
+	case DVAR_INT64: return "I64";
+	case DVAR_UINT8: return "U8";
+	case DVAR_UINT16: return "U16";
+	case DVAR_UINT32: return "U32";
+	case DVAR_UINT64: return "U64";
+	case DVAR_BOOL: return "BOOL";
+	default: return NULL;
+	}
+}
+
+/*
+ * The header: JSON without a trailing newline, padded with spaces so that
+ * the data starts at a multiple of 8 (8 + its length). *hdr is malloc'ed.
+ */
+static int st_header(dvar_reader *r, char **hdr, size_t *len)
+{
+	size_t mlen = 0;
+	char *mem = NULL;
+	FILE *f = open_memstream(&mem, &mlen);
+	dvar_var_info v;
+	uint64_t at = 0;
+	cli_json j;
+
+	if (!f)
+		return cli_error("export", "out of memory");
+	cli_json_begin_bare(&j, f);
+	cli_json_object(&j, "__metadata__");
+	cli_json_str(&j, "format", "pt");
+	cli_json_end(&j);
+	for (size_t i = 0; i < dvar_reader_num_vars(r); i++) {
+		if (dvar_reader_var(r, i, &v) != DVAR_OK) {
+			fclose(f);
+			free(mem);
+			return cli_error_dvar("export");
+		}
+		if (dropped(v.name))
+			continue;
+		if (!cli_utf8_valid(v.name) || strcmp(v.name, "__metadata__") == 0) {
+			fclose(f);
+			free(mem);
+			return cli_error("export", "variable '%s' cannot be named in a safetensors file "
+			                           "(names must be UTF-8 and not __metadata__); leave it "
+			                           "out with --drop-prefix", v.name);
+		}
+		uint64_t bytes = full_bytes(&v);
+		cli_json_object(&j, v.name);
+		cli_json_str(&j, "dtype", st_dtype(v.dtype));
+		cli_json_dims(&j, "shape", v.shape.dims, v.shape.rank);
+		cli_json_array(&j, "data_offsets");
+		cli_json_u64(&j, NULL, at);
+		cli_json_u64(&j, NULL, at + bytes);
+		cli_json_end(&j);
+		cli_json_end(&j);
+		at += bytes;
+	}
+	cli_json_end(&j);
+	if (fclose(f) != 0 || !mem) {
+		free(mem);
+		return cli_error("export", "out of memory");
+	}
+	/* cli_json ends the document with a newline: spaces pad instead. */
+	if (mlen && mem[mlen - 1] == '\n')
+		mlen--;
+	size_t padded = (mlen + 7) / 8 * 8;
+	char *p = realloc(mem, padded + 1);
+	if (!p) {
+		free(mem);
+		return cli_error("export", "out of memory");
+	}
+	memset(p + mlen, ' ', padded - mlen);
+	p[padded] = '\0';
+	*hdr = p;
+	*len = padded;
+	return CLI_EXIT_OK;
+}
+
+static int to_file(void *ctx, const void *data, uint64_t bytes)
+{
+	FILE *f = ctx;
+
+	if (fwrite(data, 1, (size_t)bytes, f) != bytes)
+		return cli_error("export", "writing '%s' failed: %s", out_path, strerror(errno));
+	return CLI_EXIT_OK;
+}
+
+/* Header and tensors into f. */
+static int st_write(dvar_reader *r, FILE *f, uint64_t total)
+{
+	char *hdr = NULL;
+	size_t hlen = 0;
+	dvar_var_info v;
+	dvar_slice full;
+	cli_progress pr;
+	cli_copier c;
+	int rc = st_header(r, &hdr, &hlen);
+
+	if (rc != CLI_EXIT_OK)
+		return rc;
+	unsigned char n8[8];
+	for (int b = 0; b < 8; b++)
+		n8[b] = (unsigned char)((uint64_t)hlen >> (8 * b));
+	if (fwrite(n8, 1, 8, f) != 8 || fwrite(hdr, 1, hlen, f) != hlen)
+		rc = cli_error("export", "writing '%s' failed: %s", out_path, strerror(errno));
+	free(hdr);
+	cli_progress_init(&pr, "export", progress, 0);
+	cli_copier_init(&c, "export", &pr, total);
+	for (size_t i = 0; rc == CLI_EXIT_OK && i < dvar_reader_num_vars(r); i++) {
+		if (dvar_reader_var(r, i, &v) != DVAR_OK) {
+			rc = cli_error_dvar("export");
+			break;
+		}
+		if (dropped(v.name))
+			continue;
+		dvar_slice_full(&full, &v.shape);
+		rc = cli_copy_pieces(&c, r, i, v.dtype, &full, to_file, f);
+	}
+	cli_progress_end(&pr);
+	cli_copier_free(&c);
+	return rc;
+}
+
+/* Write OUT.tmp-XXXXXX, fsync it, then link it to OUT (never replacing anything). */
+static int export_safetensors(dvar_reader *r, uint64_t total)
+{
+	size_t len = strlen(out_path) + 16;
+	char *tmp = malloc(len);
+	int rc;
+
+	if (!tmp)
+		return cli_error("export", "out of memory");
+	snprintf(tmp, len, "%s.tmp-XXXXXX", out_path);
+	int fd = mkstemp(tmp);
+	FILE *f = fd >= 0 ? fdopen(fd, "wb") : NULL;
+	if (!f) {
+		rc = cli_error("export", "cannot create '%s': %s", out_path, strerror(errno));
+		if (fd >= 0) {
+			close(fd);
+			unlink(tmp);
+		}
+		free(tmp);
+		return rc;
+	}
+	rc = st_write(r, f, total);
+	if (rc == CLI_EXIT_OK && (fflush(f) != 0 || fsync(fileno(f)) != 0))
+		rc = cli_error("export", "writing '%s' failed: %s", tmp, strerror(errno));
+	if (fclose(f) != 0 && rc == CLI_EXIT_OK)
+		rc = cli_error("export", "writing '%s' failed: %s", tmp, strerror(errno));
+	if (rc == CLI_EXIT_OK) {
+		/* mkstemp makes the file 0600; a new file gets 0666 less the umask. */
+		mode_t mask = umask(0);
+		umask(mask);
+		struct stat st;
+		int ok = chmod(tmp, 0666 & ~mask) == 0;
+		if (ok && link(tmp, out_path) != 0) {
+			/* File systems without hard links: rename, after a last look. */
+			ok = (errno == EPERM || errno == ENOTSUP || errno == EOPNOTSUPP) &&
+			     lstat(out_path, &st) != 0 && errno == ENOENT && rename(tmp, out_path) == 0;
+			if (!ok && errno == ENOENT)
+				errno = EEXIST;
+		}
+		if (!ok)
+			rc = cli_error("export", "cannot create '%s': %s", out_path, strerror(errno));
+	}
+	unlink(tmp);
+	free(tmp);
+	return rc;
+}
+
+int cmd_export(int argc, char **argv)
+{
+	dvar_read_options ro = DVAR_READ_OPTIONS_INIT;
+	dvar_reader *r = NULL;
+	dvar_var_info v;
+	struct stat st;
+	uint64_t total = 0;
+	int rc = cli_parse(&usage, argc, argv);
+
+	if (rc != CLI_CONTINUE)
+		return rc;
+	if ((rc = check_options()) != 0)
+		return rc;
+	if (lstat(out_path, &st) == 0)
+		return cli_error("export", "'%s' already exists; give a new path for OUT", out_path);
+	ro.threads = cli_stream_threads();
+	if (dvar_reader_open(&r, in_path, &ro) != DVAR_OK)
+		return cli_error_dvar("export");
+	for (size_t i = 0; i < dvar_reader_num_vars(r); i++)
+		if (dvar_reader_var(r, i, &v) == DVAR_OK && !dropped(v.name))
+			total += full_bytes(&v);
+	if (strcmp(format, "dvar") == 0)
+		rc = export_dvar(r, total);
+	else
+		rc = export_safetensors(r, total);
+	dvar_reader_free(r);
+	return rc;
+}
