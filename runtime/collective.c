@@ -68,6 +68,10 @@ void dvar_coll__describe(const dvar_coll_sig *sig, char *buf, size_t cap)
 		snprintf(buf, cap, "broadcast #%llu (root %d, %s, %llu %s)", seq, sig->root,
 		         dtype_text(sig->dtype, dt, sizeof dt), count, elements);
 		return;
+	case DVAR_COLL_ALL_TO_ALL:
+		snprintf(buf, cap, "a cross-worker %s (outside any run)",
+		         sig->op ? "all_to_all" : "agreement");
+		return;
 	case DVAR_COLL_ALL_GATHER: {
 		char dims[DVAR_MAX_RANK * 22 + 4];
 		size_t len = 0;

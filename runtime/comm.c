@@ -2,7 +2,8 @@
  * runtime/comm.c - the cross-worker layer over MPI: setting MPI up (and
  * finalizing it at exit when dvar initialized it), one private communicator
  * per strategy, and the few exchanges the engine needs: allgather of fixed
- * records, broadcast and a deterministic ring all-reduce.
+ * records, broadcast, a deterministic ring all-reduce, and the data of an
+ * all-to-all (any size: messages of at most 1 GiB).
  *
  * Every exchange is nonblocking and polled, so that a worker gives up after
  * timeout_ms instead of hanging; polling backs off to short sleeps because
@@ -378,6 +379,162 @@ int dvar_comm_ring_allreduce(dvar_comm *c, int dtype, dvar_kernel_op op, void *b
 	return DVAR_OK;
 }
 
+/* ---------------------------------------------------------------- all-to-all */
+
+#define ALLTOALL_TAG 0x6477
+/* The most bytes one message carries: an MPI count is an int. Tests lower
+ * it (dvar_comm__set_message_max) to reach the splitting with small data. */
+#define DEFAULT_MESSAGE_MAX ((uint64_t)1 << 30)
+static uint64_t message_max = DEFAULT_MESSAGE_MAX;
+
+void dvar_comm__set_message_max(uint64_t bytes)
+{
+	message_max = bytes > 0 && bytes <= DEFAULT_MESSAGE_MAX ? bytes : DEFAULT_MESSAGE_MAX;
+}
+
+static uint64_t messages(uint64_t bytes)
+{
+	return (bytes + message_max - 1) / message_max;
+}
+
+/* Post one round of the data exchange: message k of every pair that has
+ * one. *n receives the number of requests posted. */
+static int post_round(dvar_comm *c, uint64_t k, const char *src, const uint64_t *send_bytes,
+                      const uint64_t *soff, char *dst, const uint64_t *recv_bytes,
+                      const uint64_t *roff, MPI_Request *reqs, int *n, const char *what)
+{
+	uint64_t at = k * message_max;
+	int err;
+
+	*n = 0;
+	for (int p = 0; p < c->size; p++) {
+		uint64_t len;
+
+		if (p == c->rank || recv_bytes[p] <= at)
+			continue;
+		len = recv_bytes[p] - at < message_max ? recv_bytes[p] - at : message_max;
+		err = MPI_Irecv(dst + roff[p] + at, (int)len, MPI_BYTE, p, ALLTOALL_TAG, c->comm,
+		                &reqs[(*n)++]);
+		if (err != MPI_SUCCESS)
+			return mpi_error(c, err, "MPI_Irecv for %s: %s", what);
+	}
+	for (int p = 0; p < c->size; p++) {
+		uint64_t len;
+
+		if (p == c->rank || send_bytes[p] <= at)
+			continue;
+		len = send_bytes[p] - at < message_max ? send_bytes[p] - at : message_max;
+		err = MPI_Isend(src + soff[p] + at, (int)len, MPI_BYTE, p, ALLTOALL_TAG, c->comm,
+		                &reqs[(*n)++]);
+		if (err != MPI_SUCCESS)
+			return mpi_error(c, err, "MPI_Isend for %s: %s", what);
+	}
+	return DVAR_OK;
+}
+
+int dvar_comm_alltoallv(dvar_comm *c, const void *send, const uint64_t *send_bytes,
+                        uint64_t *recv_bytes, uint64_t *status, int stage, void **recv,
+                        const char *what)
+{
+	int W = c->size, me = c->rank, err, rc;
+	uint64_t send_total = 0, recv_total = 0, rounds = 0, failed = 0;
+	const char *src = send;
+	char *dst = NULL, *staged = NULL;
+	MPI_Request *reqs = NULL;
+	uint64_t *soff = NULL, *roff;
+	char text[320];
+	MPI_Request req;
+
+	*recv = NULL;
+	if (c->broken)
+		return dvar_error_set(DVAR_ECOMM, "waiting for %s: the workers lost step earlier", what);
+	snprintf(text, sizeof text, "the sizes of %s", what);
+	err = MPI_Ialltoall(send_bytes, 1, MPI_UINT64_T, recv_bytes, 1, MPI_UINT64_T, c->comm, &req);
+	if (err != MPI_SUCCESS)
+		return mpi_error(c, err, "MPI_Ialltoall for %s: %s", text);
+	if ((rc = wait_all(c, 1, &req, text)) != DVAR_OK)
+		return rc;
+
+	/* Everything this worker needs, or its failure, before any data moves:
+	 * a worker that cannot receive must not leave its peers sending. */
+	for (int w = 0; w < W; w++) {
+		if (send_total + send_bytes[w] < send_total || recv_total + recv_bytes[w] < recv_total)
+			failed = UINT64_MAX;
+		send_total += send_bytes[w];
+		recv_total += recv_bytes[w];
+		if (w != me) {
+			uint64_t m = messages(send_bytes[w]) > messages(recv_bytes[w])
+			                     ? messages(send_bytes[w])
+			                     : messages(recv_bytes[w]);
+			rounds = m > rounds ? m : rounds;
+		}
+	}
+	if (!failed && (recv_total > SIZE_MAX - 1 || send_total > SIZE_MAX - 1))
+		failed = recv_total > send_total ? recv_total : send_total;
+	if (!failed) {
+		dst = malloc(recv_total ? (size_t)recv_total : 1);
+		reqs = malloc(2 * (size_t)W * sizeof *reqs);
+		soff = malloc(2 * ((size_t)W + 1) * sizeof *soff);
+		if (stage)
+			staged = malloc(send_total ? (size_t)send_total : 1);
+		if (!dst || !reqs || !soff || (stage && !staged))
+			failed = recv_total + (stage ? send_total : 0) ? recv_total + (stage ? send_total : 0)
+			                                                : 1;
+	}
+	status[W] = failed;
+	snprintf(text, sizeof text, "the other workers to receive %s", what);
+	rc = dvar_comm_allgather(c, &status[W], status, sizeof *status, text);
+	for (int w = 0; rc == DVAR_OK && w < W; w++)
+		if (status[w] != 0)
+			rc = dvar_error_set(DVAR_ENOMEM,
+			                    "worker %d is out of memory for the %llu bytes of %s", w,
+			                    (unsigned long long)status[w], what);
+	if (rc != DVAR_OK) {
+		/* No request uses these (status is the caller's to keep or abandon). */
+		free(dst);
+		free(reqs);
+		free(soff);
+		free(staged);
+		return rc;
+	}
+
+	roff = soff + W + 1;
+	soff[0] = roff[0] = 0;
+	for (int w = 0; w < W; w++) {
+		soff[w + 1] = soff[w] + send_bytes[w];
+		roff[w + 1] = roff[w] + recv_bytes[w];
+	}
+	if (stage) {
+		/* A request a timeout abandons may still read it: not the caller's. */
+		if (send_total)
+			memcpy(staged, send, (size_t)send_total);
+		src = staged;
+	}
+	if (recv_bytes[me])
+		memcpy(dst + roff[me], src + soff[me], (size_t)recv_bytes[me]);
+	snprintf(text, sizeof text, "%s (all-to-all between workers)", what);
+	for (uint64_t k = 0; k < rounds && rc == DVAR_OK; k++) {
+		int n = 0;
+
+		rc = post_round(c, k, src, send_bytes, soff, dst, recv_bytes, roff, reqs, &n, text);
+		if (rc == DVAR_OK && n > 0)
+			rc = wait_all(c, n, reqs, text);
+	}
+	if (rc != DVAR_OK) {
+		/* Requests in flight may still use every buffer. */
+		dvar_comm_abandon(dst);
+		dvar_comm_abandon(staged);
+		dvar_comm_abandon(reqs);
+		dvar_comm_abandon(soff);
+		return rc;
+	}
+	free(staged);
+	free(reqs);
+	free(soff);
+	*recv = dst;
+	return DVAR_OK;
+}
+
 #else /* !DVAR_WITH_MPI */
 
 struct dvar_comm {
@@ -421,6 +578,18 @@ int dvar_comm_ring_allreduce(dvar_comm *c, int dtype, dvar_kernel_op op, void *b
                              size_t count, const char *what)
 {
 	return dvar_error_set(DVAR_ENOTSUPP, "%s: no MPI in this build", what);
+}
+
+int dvar_comm_alltoallv(dvar_comm *c, const void *send, const uint64_t *send_bytes,
+                        uint64_t *recv_bytes, uint64_t *status, int stage, void **recv,
+                        const char *what)
+{
+	*recv = NULL;
+	return dvar_error_set(DVAR_ENOTSUPP, "%s: no MPI in this build", what);
+}
+
+void dvar_comm__set_message_max(uint64_t bytes)
+{
 }
 
 #endif

@@ -65,12 +65,37 @@ int dvar_comm_bcast(dvar_comm *c, void *buf, size_t bytes, int root, const char 
 int dvar_comm_ring_allreduce(dvar_comm *c, int dtype, dvar_kernel_op op, void *buf, void *tmp,
                              size_t count, const char *what);
 
+/**
+ * The data of an all-to-all, once every worker has agreed to it
+ * (dvar_strategy__all_to_all runs the control round): the sizes go with
+ * MPI_Ialltoall (send_bytes in, recv_bytes out: W entries each), every
+ * worker allocates what it receives and says in an allgather whether it
+ * could (status: W + 1 entries, scratch; DVAR_ENOMEM on every worker, the
+ * comm intact, when one could not), then the bytes move with Isend/Irecv in
+ * messages of at most 1 GiB. On success *recv is malloc'ed (at least one
+ * byte) and holds what worker w sent at the offset of the sum of
+ * recv_bytes[0..w). stage: copy send into a buffer of the comm's first, so
+ * that a request a timeout abandons never reads the caller's memory.
+ * send_bytes, recv_bytes and status must be on the heap: after a timeout
+ * (the comm is broken) the caller abandons them.
+ */
+int dvar_comm_alltoallv(dvar_comm *c, const void *send, const uint64_t *send_bytes,
+                        uint64_t *recv_bytes, uint64_t *status, int stage, void **recv,
+                        const char *what);
+
+/** Tests: the most bytes one all-to-all message carries (0 = 1 GiB, the default). */
+void dvar_comm__set_message_max(uint64_t bytes);
+
 /* ---------------------------------------------------------------- collectives */
 
 enum {
 	DVAR_COLL_ALL_REDUCE = 1,
 	DVAR_COLL_BROADCAST = 2,
-	DVAR_COLL_ALL_GATHER = 3
+	DVAR_COLL_ALL_GATHER = 3,
+	/* Not a replica collective: a cross-worker step the coordinator makes in
+	 * cross-replica context (dvar_strategy__all_to_all, dvar_strategy__agree).
+	 * Its record is an OP so that a worker inside a run sees a mismatch. */
+	DVAR_COLL_ALL_TO_ALL = 4
 };
 
 /* What every participant of a collective must agree on. Plain integers:

@@ -1,7 +1,7 @@
 /*
  * runtime/kernels.c - the elementwise kernels under every collective and
  * variable update: reduce n buffers into one, apply one buffer to another,
- * divide for a MEAN.
+ * divide for a MEAN, and clip a row to a norm (embedding lookups).
  *
  * A reduce walks memory once: for each block of BLOCK elements it combines
  * all sources into a small accumulator that stays in L1, then stores the
@@ -19,6 +19,7 @@
  * Buffers need not be aligned: elements move through memcpy, which the
  * compiler turns into plain unaligned loads and stores.
  */
+#include <math.h>
 #include <string.h>
 
 #include "core/core.h"
@@ -348,6 +349,45 @@ void dvar_kernel_divide(int dtype, void *buf, size_t count, int64_t divisor)
 		DIVIDE_FLOAT(double, ID, ID, d);
 		break;
 	}
+	default: break;
+	}
+}
+
+/* ---------------------------------------------------------------- clip by norm */
+
+/* clip_ops.clip_by_norm over one row: the sum of squares, its square root
+ * (0 stays 0), then x * max_norm / max(norm, max_norm), the multiplication
+ * first, as TF computes it. A NaN norm propagates (TF's maximum). */
+#define CLIP_NORM(T, A, SQRT, WIDEN, NARROW) \
+	do { \
+		const A mn = (A)max_norm; \
+		A l2 = 0, norm, d; \
+		for (size_t i = 0; i < count; i++) { \
+			T x; \
+			A w; \
+			memcpy(&x, p + i * sizeof x, sizeof x); \
+			w = WIDEN(x); \
+			l2 += w * w; \
+		} \
+		norm = l2 > 0 ? SQRT(l2) : l2; \
+		d = (norm > mn || norm != norm) ? norm : mn; \
+		for (size_t i = 0; i < count; i++) { \
+			T x; \
+			memcpy(&x, p + i * sizeof x, sizeof x); \
+			x = NARROW((WIDEN(x) * mn) / d); \
+			memcpy(p + i * sizeof x, &x, sizeof x); \
+		} \
+	} while (0)
+
+void dvar_kernel_clip_norm(int dtype, void *row, size_t count, double max_norm)
+{
+	unsigned char *p = row;
+
+	switch (dtype) {
+	case DVAR_FLOAT16: CLIP_NORM(uint16_t, float, sqrtf, f16_to_f32, f32_to_f16); break;
+	case DVAR_BFLOAT16: CLIP_NORM(uint16_t, float, sqrtf, bf16_to_f32, f32_to_bf16); break;
+	case DVAR_FLOAT32: CLIP_NORM(float, float, sqrtf, ID, ID); break;
+	case DVAR_FLOAT64: CLIP_NORM(double, double, sqrt, ID, ID); break;
 	default: break;
 	}
 }

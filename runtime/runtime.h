@@ -1,12 +1,14 @@
 /*
  * runtime/runtime.h - private interfaces shared by the parts of runtime/:
- * the elementwise kernels every collective and variable update uses, and
- * the strategy hooks variables need. Not installed.
+ * the elementwise kernels every collective and variable update uses, the
+ * strategy hooks variables need, and the cross-worker steps (all-to-all,
+ * agreement) that sharded variables make. Not installed.
  *
  * Parts: strategy.c (replica threads, run, failure propagation, function
- * scopes), comm.c (the cross-worker layer over MPI), collective.c
- * (replica-context collectives), kernels.c, values.c (distributed values,
- * cross-replica reduce/gather), variable.c (distributed variables).
+ * scopes, the coordinator's own cross-worker steps), comm.c (the
+ * cross-worker layer over MPI), collective.c (replica-context collectives),
+ * kernels.c, values.c (distributed values, cross-replica reduce/gather),
+ * variable.c (distributed variables).
  */
 #ifndef DVAR_RUNTIME_PRIVATE_H
 #define DVAR_RUNTIME_PRIVATE_H
@@ -63,6 +65,15 @@ void dvar_kernel_apply(int dtype, dvar_kernel_op op, void *dst, const void *src,
 void dvar_kernel_divide(int dtype, void *buf, size_t count, int64_t divisor);
 
 /**
+ * embedding_lookup's max_norm for one row of count elements, in place:
+ * x * max_norm / max(norm, max_norm), norm the row's L2 norm, the
+ * multiplication first (TF's clip_ops.clip_by_norm). float32 and float64
+ * compute in their own precision as TF does; float16 and bfloat16 in
+ * float32, each result rounded once. Other dtypes are left as they are.
+ */
+void dvar_kernel_clip_norm(int dtype, void *row, size_t count, double max_norm);
+
+/**
  * Restore a saved value into v, in cross-replica context: what a
  * cross-replica assign does (ON_WRITE: every component; ON_READ SUM: the
  * exact split; other ON_READ: every component), without the unsaveable
@@ -92,6 +103,49 @@ void dvar_strategy__mark_unsaveable(dvar_strategy *s, const char *reason);
  */
 void *dvar_strategy__store_slot(const dvar_strategy *s);
 void dvar_strategy__set_store_slot(dvar_strategy *s, void *p, void (*fini)(void *));
+
+/* ---------------------------------------------------------------- cross-worker steps */
+
+/**
+ * Collective across workers, in cross-replica context (the thread that owns
+ * the strategy, outside dvar_strategy_run; DVAR_EINVAL inside a run): every
+ * worker sends send_bytes[w] bytes to worker w (the parts packed in worker
+ * order at send) and receives recv_bytes[w] bytes from worker w, packed in
+ * worker order in *recv (malloc'ed, at least one byte; the caller frees it).
+ * The part a worker sends itself is copied without MPI; with W = 1 nothing
+ * touches MPI at all.
+ *
+ * Protections, as for every cross-worker step of the engine: a control
+ * round comes first, in which each worker says which step it is at (the
+ * kind and a hash of what) and whether it failed before it. So
+ *  - workers at different steps (another what, an agreement against an
+ *    all-to-all, or a worker inside dvar_strategy_run) fail with
+ *    DVAR_ECOMM naming both, instead of hanging (the run on the other side
+ *    fails too);
+ *  - otherwise local_rc != DVAR_OK (a failure this worker had before the
+ *    step, its message in the error record) fails the step on every worker,
+ *    nothing moved: the lowest failing worker's code and message, as
+ *    "worker W: message" (with W = 1: local_rc and the message unchanged);
+ *  - a worker that cannot allocate what it receives fails the step on
+ *    every worker (DVAR_ENOMEM) before any data moves;
+ *  - timeout_ms bounds every wait; a timeout or an MPI error breaks the
+ *    strategy (DVAR_ECOMM now and for every later call).
+ * Counts above INT_MAX travel as several messages. what names the step in
+ * messages and must be the same text on every worker.
+ * @param send        send_bytes summed; may be NULL when that sum is 0
+ * @param send_bytes  W entries
+ * @param recv_bytes  W entries, set on success
+ */
+int dvar_strategy__all_to_all(dvar_strategy *s, int local_rc, const void *send,
+                              const uint64_t *send_bytes, void **recv, uint64_t *recv_bytes,
+                              const char *what);
+
+/**
+ * A cross-worker step that moves nothing: every worker learns whether every
+ * other one succeeded (local_rc), with the protections and the result of
+ * dvar_strategy__all_to_all. Collective across workers, cross-replica context.
+ */
+int dvar_strategy__agree(dvar_strategy *s, int local_rc, const char *what);
 
 /** The message TF's values_util.mark_as_unsaveable records, verbatim. */
 extern const char dvar_unsaveable_reason[];

@@ -16,6 +16,13 @@
  * run ends with exactly one terminating round and a failed run leaves the
  * workers in step for the next one.
  *
+ * Cross-worker steps. Outside runs, the coordinator (the thread that owns
+ * the strategy) makes its own steps across workers for sharded variables:
+ * an all-to-all or an agreement on a status. Each starts with a control
+ * round like a collective's, whose OP record names the step (its kind and a
+ * hash of its text), so a worker at another step, or one inside a run,
+ * makes both sides fail instead of hang.
+ *
  * Failures. A replica's failure is "original" unless it came out of a
  * collective that failed because another replica or worker had failed (an
  * echo). The run reports the original failure of the lowest replica id; its
@@ -722,6 +729,221 @@ int dvar_strategy_run(dvar_strategy *s, dvar_replica_fn fn, void *arg)
 	s->in_run = 0;
 	pthread_mutex_unlock(&s->lock);
 	return rc;
+}
+
+/* ---------------------------------------------------------------- cross-worker steps */
+
+/* A cross-worker step's OP record carries the step's text at the end of its
+ * message field, and a failure before the step at its start. */
+#define STEP_TEXT_MAX 200
+#define STEP_TEXT(rec) ((rec)->message + DVAR_ERROR_MESSAGE_MAX - STEP_TEXT_MAX)
+
+/* FNV-1a of a step's text: workers at different steps differ here. */
+static uint64_t hash_text(const char *text)
+{
+	uint64_t h = 14695981039346656037ull;
+
+	for (const unsigned char *p = (const unsigned char *)text; *p; p++) {
+		h ^= *p;
+		h *= 1099511628211ull;
+	}
+	return h;
+}
+
+/* Where worker w is, for a message: "in all_reduce #2 (...)", ... */
+static void describe_record(const dvar_strategy *s, const dvar_ctl_record *rec, char *buf,
+                            size_t cap)
+{
+	char desc[256], who[96];
+
+	switch (rec->kind) {
+	case DVAR_CTL_OP:
+		dvar_coll__describe(&rec->sig, desc, sizeof desc);
+		snprintf(buf, cap, "in dvar_strategy_run at %s", desc);
+		return;
+	case DVAR_CTL_END:
+		snprintf(buf, cap, "at the end of dvar_strategy_run");
+		return;
+	case DVAR_CTL_FAIL:
+		name_replica(s, rec->replica, who, sizeof who);
+		dvar_engine__format(buf, cap, "at the end of a failed dvar_strategy_run (%s: %s)", who,
+		                    rec->message);
+		return;
+	}
+	snprintf(buf, cap, "at an unknown step");
+}
+
+/* The outcome of a cross-worker step's control round, the same on every
+ * worker: DVAR_OK to go on, or a code with msg set. */
+static int cross_result(const dvar_strategy *s, char *msg, size_t cap)
+{
+	const dvar_ctl_record *recs = s->ctl_all;
+	char where[DVAR_ERROR_MESSAGE_MAX];
+
+	/* A worker inside a run: both sides fail (the run sees the mismatch too). */
+	for (int w = 0; w < s->W; w++) {
+		int c = -1;
+
+		if (recs[w].kind == DVAR_CTL_OP && recs[w].sig.kind == DVAR_COLL_ALL_TO_ALL)
+			continue;
+		for (int x = 0; x < s->W && c < 0; x++)
+			if (recs[x].kind == DVAR_CTL_OP && recs[x].sig.kind == DVAR_COLL_ALL_TO_ALL)
+				c = x;
+		describe_record(s, &recs[w], where, sizeof where);
+		dvar_engine__format(msg, cap,
+		                    "worker %d is %s while worker %d is at the cross-worker %s (%s): every "
+		                    "worker must make the same cross-worker calls in the same order",
+		                    w, where, c, recs[c].sig.op ? "all_to_all" : "agreement",
+		                    STEP_TEXT(&recs[c]));
+		return DVAR_ECOMM;
+	}
+	/* The same step everywhere. */
+	for (int w = 1; w < s->W; w++) {
+		const dvar_coll_sig *a = &recs[0].sig, *b = &recs[w].sig;
+
+		if (a->op == b->op && a->counts_hash == b->counts_hash)
+			continue;
+		dvar_engine__format(msg, cap,
+		                    "worker %d is at the cross-worker %s (%s) while worker 0 is at the "
+		                    "cross-worker %s (%s): every worker must make the same cross-worker "
+		                    "calls in the same order",
+		                    w, b->op ? "all_to_all" : "agreement", STEP_TEXT(&recs[w]),
+		                    a->op ? "all_to_all" : "agreement", STEP_TEXT(&recs[0]));
+		return DVAR_ECOMM;
+	}
+	/* A failure before the step: the lowest worker's. */
+	for (int w = 0; w < s->W; w++) {
+		if (recs[w].code == DVAR_OK)
+			continue;
+		dvar_engine__format(msg, cap, "worker %d: %.*s", w,
+		                    DVAR_ERROR_MESSAGE_MAX - STEP_TEXT_MAX - 1, recs[w].message);
+		/* A positive code would read as success: keep it an error. */
+		return recs[w].code < 0 ? recs[w].code : DVAR_ERROR;
+	}
+	msg[0] = '\0';
+	return DVAR_OK;
+}
+
+/* A timeout or an MPI error in a cross-worker step: the strategy is broken. */
+static int cross_broken(dvar_strategy *s)
+{
+	char msg[DVAR_ERROR_MESSAGE_MAX];
+
+	copy_message(msg, dvar_error_last()->message);
+	pthread_mutex_lock(&s->lock);
+	dvar_engine__break_locked(s, msg);
+	pthread_mutex_unlock(&s->lock);
+	return dvar_error_set(DVAR_ECOMM, "%s", msg);
+}
+
+/* all_to_all: 1 for an all-to-all, 0 for an agreement (send etc. unused). */
+static int cross_step(dvar_strategy *s, int local_rc, int all_to_all, const void *send,
+                      const uint64_t *send_bytes, void **recv, uint64_t *recv_bytes,
+                      const char *what)
+{
+	char msg[DVAR_ERROR_MESSAGE_MAX];
+	uint64_t *sizes = NULL; /* send sizes, receive sizes, status (W + 1) */
+	uint64_t total = 0;
+	int W, in_run, rc;
+
+	if (recv)
+		*recv = NULL;
+	if (!s)
+		return dvar_error_set(DVAR_EINVAL, "%s: strategy is NULL",
+		                      what ? what : "a cross-worker step");
+	if (!what)
+		what = "a cross-worker step";
+	W = s->W;
+	pthread_mutex_lock(&s->lock);
+	in_run = s->in_run;
+	rc = s->broken;
+	pthread_mutex_unlock(&s->lock);
+	if (in_run)
+		return dvar_error_set(DVAR_EINVAL,
+		                      "%s: called inside dvar_strategy_run; cross-worker steps belong to "
+		                      "the thread that owns the strategy (cross-replica context)",
+		                      what);
+	if (rc) {
+		dvar_engine__broken_error(s);
+		return dvar_error_prefix("%s", what);
+	}
+
+	/* Arguments a worker gets wrong fail the step everywhere. */
+	if (local_rc == DVAR_OK && all_to_all) {
+		if (!send_bytes || !recv || !recv_bytes)
+			local_rc = dvar_error_set(DVAR_EINVAL, "%s: %s is NULL", what,
+			                          !send_bytes ? "send_bytes" : !recv ? "recv" : "recv_bytes");
+		for (int w = 0; local_rc == DVAR_OK && w < W; w++) {
+			if (send_bytes[w] > UINT64_MAX - total)
+				local_rc = dvar_error_set(DVAR_EINVAL, "%s: the sizes to send overflow", what);
+			total += send_bytes[w];
+		}
+		if (local_rc == DVAR_OK && total > 0 && !send)
+			local_rc = dvar_error_set(DVAR_EINVAL, "%s: send is NULL", what);
+	}
+	if (W == 1) {
+		if (local_rc != DVAR_OK)
+			return local_rc < 0 ? local_rc : DVAR_ERROR;
+		if (!all_to_all)
+			return DVAR_OK;
+		if ((uint64_t)(size_t)total != total || !(*recv = malloc(total ? (size_t)total : 1)))
+			return dvar_error_set(DVAR_ENOMEM, "%s: out of memory for %llu bytes", what,
+			                      (unsigned long long)total);
+		if (total)
+			memcpy(*recv, send, (size_t)total);
+		recv_bytes[0] = total;
+		return DVAR_OK;
+	}
+
+	if (local_rc == DVAR_OK && all_to_all && !(sizes = calloc(3 * (size_t)W + 1, sizeof *sizes)))
+		local_rc = dvar_error_set(DVAR_ENOMEM, "%s: out of memory", what);
+	memset(s->ctl_mine, 0, sizeof *s->ctl_mine);
+	s->ctl_mine->kind = DVAR_CTL_OP;
+	s->ctl_mine->code = local_rc;
+	s->ctl_mine->replica = s->worker * s->R;
+	s->ctl_mine->sig.kind = DVAR_COLL_ALL_TO_ALL;
+	s->ctl_mine->sig.op = all_to_all;
+	s->ctl_mine->sig.counts_hash = hash_text(what);
+	if (local_rc != DVAR_OK)
+		snprintf(s->ctl_mine->message, DVAR_ERROR_MESSAGE_MAX - STEP_TEXT_MAX, "%s",
+		         dvar_error_last()->message);
+	snprintf(STEP_TEXT(s->ctl_mine), STEP_TEXT_MAX, "%s", what);
+	if (ctl_round(s, what) != DVAR_OK) {
+		free(sizes); /* the control round's buffers are the strategy's */
+		return cross_broken(s);
+	}
+	rc = cross_result(s, msg, sizeof msg);
+	if (rc != DVAR_OK || !all_to_all) {
+		free(sizes);
+		return rc == DVAR_OK ? DVAR_OK : dvar_error_restore(rc, msg);
+	}
+
+	memcpy(sizes, send_bytes, (size_t)W * sizeof *sizes);
+	rc = dvar_comm_alltoallv(s->comm, send, sizes, sizes + W, sizes + 2 * W, s->timeout_ms > 0,
+	                         recv, what);
+	if (rc != DVAR_OK) {
+		if (dvar_comm_broken(s->comm)) {
+			dvar_comm_abandon(sizes);
+			return cross_broken(s);
+		}
+		free(sizes);
+		return rc;
+	}
+	memcpy(recv_bytes, sizes + W, (size_t)W * sizeof *recv_bytes);
+	free(sizes);
+	return DVAR_OK;
+}
+
+int dvar_strategy__all_to_all(dvar_strategy *s, int local_rc, const void *send,
+                              const uint64_t *send_bytes, void **recv, uint64_t *recv_bytes,
+                              const char *what)
+{
+	return cross_step(s, local_rc, 1, send, send_bytes, recv, recv_bytes, what);
+}
+
+int dvar_strategy__agree(dvar_strategy *s, int local_rc, const char *what)
+{
+	return cross_step(s, local_rc, 0, NULL, NULL, NULL, NULL, what);
 }
 
 /* ---------------------------------------------------------------- function scopes */
