@@ -25,15 +25,17 @@
 #include "runtime/runtime.h"
 #include "store/store.h"
 
-/* One thing to restore: a distributed variable or a plain tensor. */
+/* One thing to restore: a distributed variable, a plain tensor or a
+ * sharded variable. */
 typedef struct {
 	const char *name;
 	int dtype;
 	dvar_shape shape;
 	size_t nbytes;
-	dvar_variable *v; /* NULL for a plain tensor */
-	void *data;       /* a plain tensor's destination */
-	size_t index;     /* in the reader */
+	dvar_variable *v;          /* a distributed variable */
+	dvar_sharded_variable *sv; /* a sharded variable */
+	void *data;                /* a plain tensor's destination */
+	size_t index;              /* in the reader */
 } target;
 
 static int check_tensor(target *t, const dvar_store_tensor *x, size_t i)
@@ -54,7 +56,7 @@ static int check_tensor(target *t, const dvar_store_tensor *x, size_t i)
 static int prepare(dvar_strategy *s, const char *path, dvar_variable *const *vars, size_t n,
                    const dvar_restore_options *opts, target *targets)
 {
-	size_t nt = opts ? opts->num_tensors : 0;
+	size_t nt = opts ? opts->num_tensors : 0, ns = opts ? opts->num_sharded : 0;
 	int rc;
 
 	if (opts && opts->version != DVAR_RESTORE_OPTIONS_VERSION)
@@ -66,6 +68,8 @@ static int prepare(dvar_strategy *s, const char *path, dvar_variable *const *var
 		return dvar_error_set(DVAR_EINVAL, "%zu variables but vars is NULL", n);
 	if (nt && !opts->tensors)
 		return dvar_error_set(DVAR_EINVAL, "%zu tensors but tensors is NULL", nt);
+	if (ns && !opts->sharded)
+		return dvar_error_set(DVAR_EINVAL, "%zu sharded variables but sharded is NULL", ns);
 	if (!targets)
 		return dvar_error_set(DVAR_ENOMEM, "out of memory");
 	for (size_t i = 0; i < n; i++) {
@@ -85,6 +89,95 @@ static int prepare(dvar_strategy *s, const char *path, dvar_variable *const *var
 	for (size_t i = 0; i < nt; i++)
 		if ((rc = check_tensor(&targets[n + i], &opts->tensors[i], i)) != DVAR_OK)
 			return rc;
+	for (size_t i = 0; i < ns; i++) {
+		dvar_sharded_variable *sv = opts->sharded[i];
+		target *t = &targets[n + nt + i];
+		uint64_t bytes = 0;
+
+		if (!sv)
+			return dvar_error_set(DVAR_EINVAL, "sharded variable #%zu is NULL", i);
+		if (dvar_sharded_variable_strategy(sv) != s)
+			return dvar_error_set(DVAR_EINVAL,
+			                      "sharded variable '%s' belongs to another strategy",
+			                      dvar_sharded_variable_name(sv));
+		t->sv = sv;
+		t->name = dvar_sharded_variable_name(sv);
+		t->dtype = dvar_sharded_variable_dtype(sv);
+		t->shape = *dvar_sharded_variable_shape(sv);
+		dvar_shape_num_bytes(&t->shape, t->dtype, &bytes);
+		t->nbytes = (size_t)bytes;
+	}
+	return DVAR_OK;
+}
+
+/* Shard k of sv's rows as a slice of the full shape; its elements in *data
+ * (NULL on workers that do not hold it) and their size. */
+static int shard_slice(dvar_sharded_variable *sv, int64_t k, dvar_slice *slice, void **data,
+                       uint64_t *bytes)
+{
+	dvar_shard_info info;
+	int rc = dvar_sharded_variable_shard(sv, k, &info);
+
+	if (rc != DVAR_OK)
+		return rc;
+	dvar_slice_full(slice, dvar_sharded_variable_shape(sv));
+	if (slice->rank > 0) {
+		slice->start[0] = info.offset;
+		slice->length[0] = info.shape.dims[0];
+	}
+	*data = info.data;
+	return dvar_shape_num_bytes(&info.shape, dvar_sharded_variable_dtype(sv), bytes);
+}
+
+/*
+ * Whether the saved slices of variable index cover want (they never
+ * overlap: the writer refuses that). TF's text when they do not.
+ */
+static int check_coverage(dvar_reader *r, const target *t, const dvar_slice *want)
+{
+	dvar_var_info info;
+	uint64_t need = 0, have = 0;
+	char spec[256];
+
+	if (dvar_reader_var(r, t->index, &info) != DVAR_OK ||
+	    dvar_slice_num_elements(want, &need) != DVAR_OK)
+		return dvar_error_prefix("'%s' in checkpoint '%s'", t->name, dvar_reader_path(r));
+	for (size_t j = 0; j < info.num_slices && have < need; j++) {
+		dvar_slice saved, both;
+		uint64_t k = 0;
+
+		if (dvar_reader_var_slice(r, t->index, j, &saved) != DVAR_OK)
+			return dvar_error_prefix("'%s' in checkpoint '%s'", t->name,
+			                         dvar_reader_path(r));
+		if (dvar_slice_intersect(&saved, want, &both) == 1 &&
+		    dvar_slice_num_elements(&both, &k) == DVAR_OK)
+			have += k;
+	}
+	if (have == need)
+		return DVAR_OK;
+	dvar_slice_format(want, &t->shape, spec, sizeof spec);
+	return dvar_error_set(DVAR_ENOTFOUND,
+	                      "Does not have sufficient slices for partitioned tensor %s to restore "
+	                      "in slice_spec: %s (checkpoint '%s')",
+	                      t->name, spec, dvar_reader_path(r));
+}
+
+/* Every worker checks every shard, so that all reach the same verdict. */
+static int check_target_coverage(dvar_reader *r, const target *t)
+{
+	dvar_slice slice;
+	void *data;
+	uint64_t bytes;
+	int rc;
+
+	if (!t->sv) {
+		dvar_slice_full(&slice, &t->shape);
+		return check_coverage(r, t, &slice);
+	}
+	for (int64_t k = 0; k < dvar_sharded_variable_num_shards(t->sv); k++)
+		if ((rc = shard_slice(t->sv, k, &slice, &data, &bytes)) != DVAR_OK ||
+		    (rc = check_coverage(r, t, &slice)) != DVAR_OK)
+			return rc;
 	return DVAR_OK;
 }
 
@@ -101,14 +194,20 @@ static int find_all(dvar_reader *r, target *targets, size_t n)
 			                      dvar_reader_path(r));
 		if (dvar_reader_var(r, t->index, &info) != DVAR_OK)
 			return dvar_error_prefix("'%s' in checkpoint '%s'", t->name, dvar_reader_path(r));
-		if (info.dtype == t->dtype && dvar_shape_equal(&info.shape, &t->shape))
+		if (info.dtype == t->dtype && dvar_shape_equal(&info.shape, &t->shape)) {
+			int rc = check_target_coverage(r, t);
+
+			if (rc != DVAR_OK)
+				return rc;
 			continue;
+		}
 		dvar_shape_format(&info.shape, a, sizeof a);
 		dvar_shape_format(&t->shape, b, sizeof b);
 		return dvar_error_set(DVAR_ESHAPE,
 		                      "'%s': checkpoint '%s' holds %s %s, the %s is %s %s", t->name,
 		                      dvar_reader_path(r), dvar_dtype_name(info.dtype), a,
-		                      t->v ? "variable" : "tensor", dvar_dtype_name(t->dtype), b);
+		                      t->v || t->sv ? "variable" : "tensor", dvar_dtype_name(t->dtype),
+		                      b);
 	}
 	return DVAR_OK;
 }
@@ -120,6 +219,23 @@ static int find_all(dvar_reader *r, target *targets, size_t n)
  * every component the value; ON_READ SUM gives each replica its share of
  * the exact split (dvar_variable__split_sum).
  */
+/* A sharded variable: each worker reads its own shards' rows, in place. */
+static int read_shards(dvar_reader *r, const target *t)
+{
+	for (int64_t k = 0; k < dvar_sharded_variable_num_shards(t->sv); k++) {
+		dvar_slice slice;
+		void *data;
+		uint64_t bytes;
+		int rc = shard_slice(t->sv, k, &slice, &data, &bytes);
+
+		if (rc == DVAR_OK && data && bytes)
+			rc = dvar_reader_read(r, t->index, &slice, data, bytes);
+		if (rc != DVAR_OK)
+			return dvar_error_prefix("restoring '%s' (shard %lld)", t->name, (long long)k);
+	}
+	return DVAR_OK;
+}
+
 static int assign_all(dvar_reader *r, target *targets, size_t n)
 {
 	static unsigned char empty[1];
@@ -129,6 +245,11 @@ static int assign_all(dvar_reader *r, target *targets, size_t n)
 		unsigned char *buf = t->v ? NULL : t->data;
 		int rc;
 
+		if (t->sv) {
+			if ((rc = read_shards(r, t)) != DVAR_OK)
+				return rc;
+			continue;
+		}
 		if (t->nbytes == 0) {
 			if (t->v && (rc = dvar_variable__restore(t->v, empty)) != DVAR_OK)
 				return dvar_error_prefix("restoring '%s'", t->name);
@@ -154,7 +275,8 @@ static int restore(dvar_strategy *s, const char *path, dvar_variable *const *var
 {
 	int W = dvar_strategy_num_workers(s);
 	int chief = dvar_strategy_worker_id(s) == 0;
-	size_t nt = opts && opts->version == DVAR_RESTORE_OPTIONS_VERSION ? opts->num_tensors : 0;
+	int ok = opts && opts->version == DVAR_RESTORE_OPTIONS_VERSION;
+	size_t nt = ok ? opts->num_tensors + opts->num_sharded : 0;
 	target *targets = calloc(n + nt ? n + nt : 1, sizeof *targets);
 	size_t *offs = malloc(((size_t)W + 1) * sizeof *offs);
 	const dvar_read_options *ropts = opts && opts->version == DVAR_RESTORE_OPTIONS_VERSION

@@ -46,11 +46,12 @@
 #define CHECK_CHUNK ((size_t)1 << 20)
 #define COPY_BLOCK ((size_t)128 << 10)
 
-enum { KIND_MIRRORED, KIND_SYNC_ON_READ, KIND_PLAIN };
+enum { KIND_MIRRORED, KIND_SYNC_ON_READ, KIND_PLAIN, KIND_SHARDED };
 
-static const char *const kind_names[] = { "mirrored", "sync_on_read", "plain" };
+static const char *const kind_names[] = { "mirrored", "sync_on_read", "plain", "sharded" };
 
-/* One thing to save: a distributed variable or a plain tensor. */
+/* One thing to save: a distributed variable, a plain tensor, or one shard
+ * of a sharded variable (the shards of one variable share its name). */
 typedef struct {
 	char *name; /* owned copy: an asynchronous save outlives the caller's strings */
 	int dtype;
@@ -58,8 +59,11 @@ typedef struct {
 	size_t nbytes;
 	int kind;
 	int sync, agg;
-	dvar_variable *v;     /* NULL for a plain tensor; not used after begin() */
-	const void *plain;    /* a plain tensor's elements; not used after begin() */
+	dvar_variable *v;     /* a distributed variable's; not used after begin() */
+	const void *src;      /* a plain tensor's or this worker's shard's elements, or
+	                         NULL; not used after begin() */
+	int64_t shard, nshards; /* KIND_SHARDED: which shard of how many */
+	dvar_slice slice;       /* KIND_SHARDED: its rows in the full shape */
 	int writer;           /* the worker that writes it */
 	int checked;          /* its replicas are compared */
 	size_t chunk0;        /* its first checksum in the job's arrays */
@@ -127,10 +131,13 @@ static int check_unique(const item *items, size_t n)
 
 	if (!names)
 		return dvar_error_set(DVAR_ENOMEM, "out of memory");
+	size_t k = 0;
+
 	for (size_t i = 0; i < n; i++)
-		names[i] = items[i].name;
-	qsort(names, n, sizeof *names, name_cmp);
-	for (size_t i = 1; i < n && rc == DVAR_OK; i++)
+		if (items[i].shard == 0)
+			names[k++] = items[i].name;
+	qsort(names, k, sizeof *names, name_cmp);
+	for (size_t i = 1; i < k && rc == DVAR_OK; i++)
 		if (strcmp(names[i - 1], names[i]) == 0)
 			rc = dvar_error_set(DVAR_EINVAL, "the name '%s' is given twice", names[i]);
 	free(names);
@@ -191,15 +198,62 @@ static int add_tensor(save_job *j, item *it, const dvar_store_tensor *t, size_t 
 		return dvar_error_set(DVAR_EINVAL, "tensor '%s': data is NULL", t->name);
 	it->dtype = t->dtype;
 	it->kind = KIND_PLAIN;
-	it->plain = t->data;
+	it->src = t->data;
 	return copy_name(it, t->name);
+}
+
+/* One item per shard; each is written by the worker that holds it. */
+static int add_sharded(save_job *j, item *items, dvar_sharded_variable *sv, size_t i)
+{
+	const dvar_shape *full;
+	int64_t n;
+
+	if (!sv)
+		return dvar_error_set(DVAR_EINVAL, "sharded variable #%zu is NULL", i);
+	if (dvar_sharded_variable_strategy(sv) != j->s)
+		return dvar_error_set(DVAR_EINVAL, "sharded variable '%s' belongs to another strategy",
+		                      dvar_sharded_variable_name(sv));
+	n = dvar_sharded_variable_num_shards(sv);
+	if (every_worker(j) && j->W > 1 && n > 1)
+		return dvar_error_set(DVAR_ENOTSUPP,
+		                      "sharded variable '%s': DVAR_SAVE_EVERY_WORKER needs every value "
+		                      "on every worker, and each worker holds only its own shards",
+		                      dvar_sharded_variable_name(sv));
+	full = dvar_sharded_variable_shape(sv);
+	for (int64_t k = 0; k < n; k++) {
+		item *it = &items[k];
+		dvar_shard_info info;
+		uint64_t bytes = 0;
+		int rc = dvar_sharded_variable_shard(sv, k, &info);
+
+		if (rc != DVAR_OK)
+			return rc;
+		it->kind = KIND_SHARDED;
+		it->dtype = dvar_sharded_variable_dtype(sv);
+		it->shape = *full;
+		it->shard = k;
+		it->nshards = n;
+		it->writer = info.owner;
+		it->src = info.data;
+		dvar_slice_full(&it->slice, full);
+		if (full->rank > 0) {
+			it->slice.start[0] = info.offset;
+			it->slice.length[0] = info.shape.dims[0];
+		}
+		if (dvar_shape_num_bytes(&info.shape, it->dtype, &bytes) != DVAR_OK)
+			return dvar_error_prefix("sharded variable '%s'", info.name);
+		it->nbytes = (size_t)bytes;
+		if ((rc = copy_name(it, dvar_sharded_variable_name(sv))) != DVAR_OK)
+			return rc;
+	}
+	return DVAR_OK;
 }
 
 /* Everything this worker can check on its own, before talking to the others. */
 static int prepare(save_job *j, const char *root, dvar_variable *const *vars, size_t n,
                    const dvar_save_options *opts)
 {
-	size_t nt = opts ? opts->num_tensors : 0;
+	size_t nt = opts ? opts->num_tensors : 0, ns = opts ? opts->num_sharded : 0, total;
 	const unsigned int known = DVAR_SAVE_ALLOW_REPLICA_MISMATCH | DVAR_SAVE_SKIP_REPLICA_CHECK |
 	                           DVAR_SAVE_EVERY_WORKER;
 	int rc;
@@ -217,6 +271,8 @@ static int prepare(save_job *j, const char *root, dvar_variable *const *vars, si
 		return dvar_error_set(DVAR_EINVAL, "%zu variables but vars is NULL", n);
 	if (nt && !opts->tensors)
 		return dvar_error_set(DVAR_EINVAL, "%zu tensors but tensors is NULL", nt);
+	if (ns && !opts->sharded)
+		return dvar_error_set(DVAR_EINVAL, "%zu sharded variables but sharded is NULL", ns);
 	if (!(j->root = strdup(root)))
 		return dvar_error_set(DVAR_ENOMEM, "out of memory");
 	if (opts) {
@@ -229,15 +285,23 @@ static int prepare(save_job *j, const char *root, dvar_variable *const *vars, si
 		j->wopts.progress = NULL;
 		j->wopts.progress_userdata = NULL;
 	}
-	if (!(j->items = calloc(n + nt ? n + nt : 1, sizeof *j->items)))
+	total = n + nt;
+	for (size_t i = 0; i < ns; i++)
+		total += opts->sharded[i] ? (size_t)dvar_sharded_variable_num_shards(opts->sharded[i])
+		                          : 0;
+	if (!(j->items = calloc(total ? total : 1, sizeof *j->items)))
 		return dvar_error_set(DVAR_ENOMEM, "out of memory");
-	j->n = n + nt;
 	for (size_t i = 0; i < n; i++)
-		if ((rc = add_variable(j, &j->items[i], vars[i], i)) != DVAR_OK)
+		if ((rc = add_variable(j, &j->items[j->n++], vars[i], i)) != DVAR_OK)
 			return rc;
 	for (size_t i = 0; i < nt; i++)
-		if ((rc = add_tensor(j, &j->items[n + i], &opts->tensors[i], i)) != DVAR_OK)
+		if ((rc = add_tensor(j, &j->items[j->n++], &opts->tensors[i], i)) != DVAR_OK)
 			return rc;
+	for (size_t i = 0; i < ns; i++) {
+		if ((rc = add_sharded(j, &j->items[j->n], opts->sharded[i], i)) != DVAR_OK)
+			return rc;
+		j->n += (size_t)dvar_sharded_variable_num_shards(opts->sharded[i]);
+	}
 	if ((rc = check_unique(j->items, j->n)) != DVAR_OK)
 		return rc;
 	return dvar_strategy_check_saveable(j->s);
@@ -258,11 +322,13 @@ static uint64_t fnv(uint64_t h, const void *p, size_t n)
 /* What every worker must agree on about an item. */
 static uint64_t digest(const item *it)
 {
-	int64_t d[5 + DVAR_MAX_RANK] = { it->kind, it->sync, it->agg, it->dtype, it->shape.rank };
+	int64_t d[9 + DVAR_MAX_RANK] = { it->kind,    it->sync,           it->agg,
+		                         it->dtype,   it->shape.rank,     it->shard,
+		                         it->nshards, it->slice.start[0], it->slice.length[0] };
 	uint64_t h = 0xcbf29ce484222325ull;
 
 	for (int i = 0; i < it->shape.rank; i++)
-		d[5 + i] = it->shape.dims[i];
+		d[9 + i] = it->shape.dims[i];
 	h = fnv(h, d, sizeof d);
 	return fnv(h, it->name, strlen(it->name) + 1);
 }
@@ -446,6 +512,8 @@ static int make_plan(save_job *j)
 		}
 		if (every_worker(j)) {
 			it->writer = j->worker;
+		} else if (it->kind == KIND_SHARDED) {
+			load[it->writer] += it->nbytes; /* its owner: the only worker holding it */
 		} else if (pinned_to_chief(it)) {
 			it->writer = 0;
 			load[0] += it->nbytes;
@@ -543,7 +611,7 @@ static int stage_replica(dvar_replica *ctx, void *arg)
 				free(buf);
 			if (rc != DVAR_OK)
 				rc = dvar_error_prefix("saving '%s'", it->name);
-		} else if (it->kind != KIND_PLAIN && it->nbytes) {
+		} else if (it->v && it->nbytes) {
 			const unsigned char *src = dvar_variable__component(it->v, local);
 			unsigned char *dst = keeper ? it->owned : NULL;
 
@@ -571,14 +639,14 @@ static void point_at_data(save_job *j)
 			it->data = empty;
 		else if (it->owned)
 			it->data = it->owned;
-		else if (it->kind == KIND_PLAIN)
-			it->data = it->plain;
+		else if (it->kind == KIND_PLAIN || it->kind == KIND_SHARDED)
+			it->data = it->src;
 		else
 			/* Mirrored: the primary (TF's read_var). ONLY_FIRST_REPLICA:
 			 * replica 0's value, this worker's primary. */
 			it->data = dvar_variable__component(it->v, 0);
-		if (it->kind == KIND_PLAIN && it->owned)
-			memcpy(it->owned, it->plain, it->nbytes);
+		if ((it->kind == KIND_PLAIN || it->kind == KIND_SHARDED) && it->owned)
+			memcpy(it->owned, it->src, it->nbytes);
 	}
 }
 
@@ -684,14 +752,25 @@ static int judge_replicas(save_job *j, const unsigned char *all, const size_t *o
 
 static int add_item(dvar_writer *w, const item *it)
 {
-	int rc = dvar_writer_add(w, it->name, it->dtype, &it->shape, NULL, it->data);
+	/* One shard is a plain entry, as TF writes a full slice. */
+	int sliced = it->kind == KIND_SHARDED && it->nshards > 1;
+	int kind = it->kind == KIND_SHARDED && !sliced ? KIND_PLAIN : it->kind;
+	int rc = dvar_writer_add(w, it->name, it->dtype, &it->shape, sliced ? &it->slice : NULL,
+	                         it->data);
+	char count[24];
 
 	if (rc == DVAR_OK)
-		rc = dvar_writer_set_attr(w, it->name, DVAR_STORE_ATTR_KIND, kind_names[it->kind]);
-	if (rc == DVAR_OK && it->kind != KIND_PLAIN)
+		rc = dvar_writer_set_attr(w, it->name, DVAR_STORE_ATTR_KIND, kind_names[kind]);
+	if (rc == DVAR_OK && sliced) {
+		snprintf(count, sizeof count, "%lld", (long long)it->nshards);
+		rc = dvar_writer_set_attr(w, it->name, DVAR_SHARDING_ATTR_SHARDS, count);
+		if (rc == DVAR_OK)
+			rc = dvar_writer_set_attr(w, it->name, DVAR_SHARDING_ATTR_LAYOUT, "div");
+	}
+	if (rc == DVAR_OK && it->v)
 		rc = dvar_writer_set_attr(w, it->name, DVAR_STORE_ATTR_SYNCHRONIZATION,
 		                          dvar_store__sync_name(it->sync));
-	if (rc == DVAR_OK && it->kind != KIND_PLAIN)
+	if (rc == DVAR_OK && it->v)
 		rc = dvar_writer_set_attr(w, it->name, DVAR_STORE_ATTR_AGGREGATION,
 		                          dvar_store__agg_name(it->agg));
 	if (rc == DVAR_OK && it->mismatch)

@@ -26,6 +26,7 @@
 #include "core.h"
 #include "format.h"
 #include "runtime.h"
+#include "sharding.h"
 
 DVAR_BEGIN_DECL
 
@@ -59,6 +60,11 @@ typedef struct {
 	const dvar_store_tensor *tensors; /**< plain tensors to save too; may be NULL */
 	size_t num_tensors;
 	unsigned int flags;              /**< DVAR_SAVE_* */
+	/** Sharded variables to save too: each shard, by the worker holding it,
+	 *  as a slice of the full variable (kind "sharded", DVAR_SHARDING_ATTR_*);
+	 *  a one-shard variable as a plain entry. May be NULL. */
+	dvar_sharded_variable *const *sharded;
+	size_t num_sharded;
 } dvar_save_options;
 
 /**
@@ -145,6 +151,11 @@ typedef struct {
 	const dvar_read_options *read;   /**< NULL for the defaults */
 	const dvar_store_tensor *tensors; /**< plain tensors to fill; may be NULL */
 	size_t num_tensors;
+	/** Sharded variables to fill: each worker reads only the rows of its own
+	 *  shards, from whatever slices were saved (any shard count, or a plain
+	 *  entry). May be NULL. */
+	dvar_sharded_variable *const *sharded;
+	size_t num_sharded;
 } dvar_restore_options;
 
 #define DVAR_RESTORE_OPTIONS_VERSION 1
