@@ -108,6 +108,13 @@ typedef struct {
  */
 int cli_parse(const cli_usage *u, int argc, char **argv);
 
+/* --compress MODE: auto, lz4 or none as *out. Returns 0, or CLI_EXIT_USAGE after reporting. */
+int cli_parse_compress(const char *cmd, const char *text, dvar_compress *out);
+
+/* --chunk-size BYTES: 0 (not given) or a multiple of 4096 up to 1 GiB. Returns 0, or
+ * CLI_EXIT_USAGE after reporting. */
+int cli_check_chunk_size(const char *cmd, uint64_t bytes);
+
 /* ------------------------------------------------------------- reporting */
 
 /* "dvar <cmd>: <message>" plus "See 'dvar help <cmd>'."; returns CLI_EXIT_USAGE. */
@@ -280,6 +287,37 @@ int cli_copy_region(cli_copier *c, dvar_reader *r, size_t i, const dvar_var_info
 
 /* min(online CPUs, CLI_STREAM_THREADS). */
 int cli_stream_threads(void);
+
+/*
+ * How reshard and export start: OUT must not exist (else an error asking for
+ * a new `what`: "directory", "path"), then IN is opened with
+ * cli_stream_threads() threads. Returns CLI_EXIT_OK with *r, or an exit code
+ * after reporting.
+ */
+int cli_open_in_out(const char *cmd, const char *in, const char *out, const char *what,
+                    dvar_reader **r);
+
+/* What cli_each_var does with variable i of r (v describes it): copy what it
+ * wants through c, into w when there is one. Returns an exit code. */
+typedef int (*cli_var_fn)(void *ctx, cli_copier *c, dvar_reader *r, size_t i,
+                          const dvar_var_info *v, dvar_writer *w);
+
+/*
+ * fn for every variable of r in order until one fails, with a progress line
+ * (progress as cli_progress_init's mode) over the total bytes fn copies. With
+ * w, w is committed once every call succeeded: a failure leaves nothing at
+ * its path. Returns an exit code.
+ */
+int cli_each_var(const char *cmd, dvar_reader *r, dvar_writer *w, int progress, uint64_t total,
+                 cli_var_fn fn, void *ctx);
+
+/*
+ * A new checkpoint at out, written from r by cli_each_var: chunks of
+ * chunk_size raw bytes (0: the default), compressed as compress, with
+ * cli_stream_threads() threads. Returns an exit code.
+ */
+int cli_rewrite(const char *cmd, dvar_reader *r, const char *out, uint64_t chunk_size,
+                dvar_compress compress, int progress, uint64_t total, cli_var_fn fn, void *ctx);
 
 /* ------------------------------------------------------------------ npy */
 

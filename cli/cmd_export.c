@@ -64,6 +64,8 @@ static int dropped(const char *name)
 
 static int check_options(void)
 {
+	int rc;
+
 	if (!single_shard)
 		return cli_usage_error("export", "export writes every variable as one full tensor: "
 		                                 "give --single-shard");
@@ -71,9 +73,8 @@ static int check_options(void)
 		return cli_usage_error("export", "--format takes dvar or safetensors, not '%s'", format);
 	if (chunk_size && strcmp(format, "dvar") != 0)
 		return cli_usage_error("export", "--chunk-size applies to --format dvar only");
-	if (chunk_size && (chunk_size % 4096 || chunk_size > (1u << 30)))
-		return cli_usage_error("export", "--chunk-size must be a multiple of 4096 from 4096 "
-		                                 "to 1 GiB");
+	if ((rc = cli_check_chunk_size("export", chunk_size)) != 0)
+		return rc;
 	for (int k = 0; k < drop.n; k++)
 		if (!drop.v[k][0])
 			return cli_usage_error("export", "--drop-prefix '' would drop every variable");
@@ -91,42 +92,27 @@ static uint64_t full_bytes(const dvar_var_info *v)
 
 /* ------------------------------------------------------------------- dvar */
 
+/* Variable i whole, as one slice, its attributes those of one shard. A cli_var_fn. */
+static int export_var(void *ctx, cli_copier *c, dvar_reader *r, size_t i, const dvar_var_info *v,
+                      dvar_writer *w)
+{
+	dvar_slice full;
+	int rc;
+
+	if (dropped(v->name))
+		return CLI_EXIT_OK;
+	dvar_slice_full(&full, &v->shape);
+	rc = cli_copy_region(c, r, i, v, w, &full);
+	if (rc == CLI_EXIT_OK &&
+	    cli_copy_attrs(r, i, w, v->name, cli_var_is_sharded(r, i) ? 1 : 0) != DVAR_OK)
+		rc = cli_error_dvar("export");
+	return rc;
+}
+
 static int export_dvar(dvar_reader *r, uint64_t total)
 {
-	dvar_write_options wo = DVAR_WRITE_OPTIONS_INIT;
-	dvar_writer *w = NULL;
-	dvar_var_info v;
-	dvar_slice full;
-	cli_progress pr;
-	cli_copier c;
-	int rc = CLI_EXIT_OK;
-
-	wo.chunk_size = chunk_size;
-	wo.compress = DVAR_COMPRESS_NONE;
-	wo.threads = cli_stream_threads();
-	if (dvar_writer_open(&w, out_path, &wo) != DVAR_OK)
-		return cli_error_dvar("export");
-	cli_progress_init(&pr, "export", progress, 0);
-	cli_copier_init(&c, "export", &pr, total);
-	for (size_t i = 0; rc == CLI_EXIT_OK && i < dvar_reader_num_vars(r); i++) {
-		if (dvar_reader_var(r, i, &v) != DVAR_OK) {
-			rc = cli_error_dvar("export");
-			break;
-		}
-		if (dropped(v.name))
-			continue;
-		dvar_slice_full(&full, &v.shape);
-		rc = cli_copy_region(&c, r, i, &v, w, &full);
-		if (rc == CLI_EXIT_OK &&
-		    cli_copy_attrs(r, i, w, v.name, cli_var_is_sharded(r, i) ? 1 : 0) != DVAR_OK)
-			rc = cli_error_dvar("export");
-	}
-	if (rc == CLI_EXIT_OK && dvar_writer_commit(w) != DVAR_OK)
-		rc = cli_error_dvar("export");
-	cli_progress_end(&pr);
-	cli_copier_free(&c);
-	dvar_writer_free(w);
-	return rc;
+	return cli_rewrite("export", r, out_path, chunk_size, DVAR_COMPRESS_NONE, progress, total,
+	                   export_var, NULL);
 }
 
 /* ------------------------------------------------------------- safetensors */
@@ -226,15 +212,23 @@ static int to_file(void *ctx, const void *data, uint64_t bytes)
 	return CLI_EXIT_OK;
 }
 
+/* Variable i whole into the file ctx. A cli_var_fn. */
+static int st_var(void *ctx, cli_copier *c, dvar_reader *r, size_t i, const dvar_var_info *v,
+                  dvar_writer *w)
+{
+	dvar_slice full;
+
+	if (dropped(v->name))
+		return CLI_EXIT_OK;
+	dvar_slice_full(&full, &v->shape);
+	return cli_copy_pieces(c, r, i, v->dtype, &full, to_file, ctx);
+}
+
 /* Header and tensors into f. */
 static int st_write(dvar_reader *r, FILE *f, uint64_t total)
 {
 	char *hdr = NULL;
 	size_t hlen = 0;
-	dvar_var_info v;
-	dvar_slice full;
-	cli_progress pr;
-	cli_copier c;
 	int rc = st_header(r, &hdr, &hlen);
 
 	if (rc != CLI_EXIT_OK)
@@ -245,20 +239,8 @@ static int st_write(dvar_reader *r, FILE *f, uint64_t total)
 	if (fwrite(n8, 1, 8, f) != 8 || fwrite(hdr, 1, hlen, f) != hlen)
 		rc = cli_error("export", "writing '%s' failed: %s", out_path, strerror(errno));
 	free(hdr);
-	cli_progress_init(&pr, "export", progress, 0);
-	cli_copier_init(&c, "export", &pr, total);
-	for (size_t i = 0; rc == CLI_EXIT_OK && i < dvar_reader_num_vars(r); i++) {
-		if (dvar_reader_var(r, i, &v) != DVAR_OK) {
-			rc = cli_error_dvar("export");
-			break;
-		}
-		if (dropped(v.name))
-			continue;
-		dvar_slice_full(&full, &v.shape);
-		rc = cli_copy_pieces(&c, r, i, v.dtype, &full, to_file, f);
-	}
-	cli_progress_end(&pr);
-	cli_copier_free(&c);
+	if (rc == CLI_EXIT_OK)
+		rc = cli_each_var("export", r, NULL, progress, total, st_var, f);
 	return rc;
 }
 
@@ -311,22 +293,16 @@ static int export_safetensors(dvar_reader *r, uint64_t total)
 
 int cmd_export(int argc, char **argv)
 {
-	dvar_read_options ro = DVAR_READ_OPTIONS_INIT;
 	dvar_reader *r = NULL;
 	dvar_var_info v;
-	struct stat st;
 	uint64_t total = 0;
 	int rc = cli_parse(&usage, argc, argv);
 
 	if (rc != CLI_CONTINUE)
 		return rc;
-	if ((rc = check_options()) != 0)
+	if ((rc = check_options()) != 0 ||
+	    (rc = cli_open_in_out("export", in_path, out_path, "path", &r)) != CLI_EXIT_OK)
 		return rc;
-	if (lstat(out_path, &st) == 0)
-		return cli_error("export", "'%s' already exists; give a new path for OUT", out_path);
-	ro.threads = cli_stream_threads();
-	if (dvar_reader_open(&r, in_path, &ro) != DVAR_OK)
-		return cli_error_dvar("export");
 	for (size_t i = 0; i < dvar_reader_num_vars(r); i++)
 		if (dvar_reader_var(r, i, &v) == DVAR_OK && !dropped(v.name))
 			total += full_bytes(&v);

@@ -12,9 +12,6 @@
 
 #include "cli.h"
 
-#define CHUNK_MIN 4096u
-#define CHUNK_MAX (1ull << 30)
-
 static const char *out_path;
 static cli_args pairs;
 static int no_compress;
@@ -105,22 +102,17 @@ static dvar_compress mode;
 
 static int check_options(void)
 {
-	if (no_compress || strcmp(compress, "none") == 0)
+	int rc;
+
+	if (no_compress)
 		mode = DVAR_COMPRESS_NONE;
-	else if (strcmp(compress, "lz4") == 0)
-		mode = DVAR_COMPRESS_LZ4;
-	else if (strcmp(compress, "auto") == 0)
-		mode = DVAR_COMPRESS_AUTO;
-	else
-		return cli_usage_error("import", "--compress takes auto, lz4 or none, not '%s'", compress);
+	else if ((rc = cli_parse_compress("import", compress, &mode)) != 0)
+		return rc;
 	if (keep >= 0 && step < 0)
 		return cli_usage_error("import", "--keep needs --step");
 	if (keep > INT32_MAX)
 		return cli_usage_error("import", "--keep %lld is too large", (long long)keep);
-	if (chunk_size && (chunk_size % CHUNK_MIN || chunk_size < CHUNK_MIN || chunk_size > CHUNK_MAX))
-		return cli_usage_error("import", "--chunk-size must be a multiple of 4096 "
-		                                 "from 4096 to 1 GiB");
-	return 0;
+	return cli_check_chunk_size("import", chunk_size);
 }
 
 /* Add array a as n div shards, each one slice pointing into the mapped rows. */

@@ -11,7 +11,6 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "cli.h"
 
@@ -93,17 +92,11 @@ static int parse_var_rule(const char *cmd, char *text, var_rule *out)
 
 static int check_options(var_rule *rules)
 {
-	if (strcmp(compress, "none") == 0)
-		mode = DVAR_COMPRESS_NONE;
-	else if (strcmp(compress, "lz4") == 0)
-		mode = DVAR_COMPRESS_LZ4;
-	else if (strcmp(compress, "auto") == 0)
-		mode = DVAR_COMPRESS_AUTO;
-	else
-		return cli_usage_error("reshard", "--compress takes auto, lz4 or none, not '%s'", compress);
-	if (chunk_size && (chunk_size % 4096 || chunk_size > (1u << 30)))
-		return cli_usage_error("reshard", "--chunk-size must be a multiple of 4096 from 4096 "
-		                                  "to 1 GiB");
+	int rc;
+
+	if ((rc = cli_parse_compress("reshard", compress, &mode)) != 0 ||
+	    (rc = cli_check_chunk_size("reshard", chunk_size)) != 0)
+		return rc;
 	if (shards >= 0 && partitioner_text)
 		return cli_usage_error("reshard", "--shards and --partitioner both say how to shard "
 		                                  "every sharded variable: give one of them");
@@ -114,8 +107,7 @@ static int check_options(var_rule *rules)
 	if (partitioner_text && dvar_partitioner_parse(&part, partitioner_text) != DVAR_OK)
 		return cli_usage_error("reshard", "--partitioner: %s", cli_dvar_message());
 	for (int k = 0; k < var_opts.n; k++) {
-		int rc = parse_var_rule("reshard", var_opts.v[k], &rules[k]);
-		if (rc)
+		if ((rc = parse_var_rule("reshard", var_opts.v[k], &rules[k])) != 0)
 			return rc;
 		for (int j = 0; j < k; j++)
 			if (strcmp(rules[j].name, rules[k].name) == 0)
@@ -153,10 +145,12 @@ static int plan_var(dvar_reader *r, size_t i, const dvar_var_info *v, var_rule *
 	return CLI_EXIT_OK;
 }
 
-/* Write variable i: as n div shards, or (want = 0) slice by slice as it was saved. */
-static int copy_var(cli_copier *c, dvar_reader *r, size_t i, const dvar_var_info *v, int64_t want,
+/* Write variable i: as want div shards, or (want = 0) slice by slice as it was
+ * saved. ctx is the shard counts of every variable. A cli_var_fn. */
+static int copy_var(void *ctx, cli_copier *c, dvar_reader *r, size_t i, const dvar_var_info *v,
                     dvar_writer *w)
 {
+	int64_t want = ((const int64_t *)ctx)[i];
 	dvar_slice sl;
 	int64_t *offsets = NULL, n = 0;
 	int rc = CLI_EXIT_OK;
@@ -195,11 +189,7 @@ static int reshard(dvar_reader *r, var_rule *rules)
 {
 	size_t nv = dvar_reader_num_vars(r);
 	int64_t *want = calloc(nv ? nv : 1, sizeof(int64_t));
-	dvar_write_options wo = DVAR_WRITE_OPTIONS_INIT;
-	dvar_writer *w = NULL;
 	dvar_var_info v;
-	cli_progress pr;
-	cli_copier c;
 	uint64_t total = 0;
 	int rc = CLI_EXIT_OK;
 
@@ -222,39 +212,16 @@ static int reshard(dvar_reader *r, var_rule *rules)
 		if (!rules[k].used)
 			rc = cli_error("reshard", "--var: variable '%s' not found in checkpoint '%s'",
 			               rules[k].name, dvar_reader_path(r));
-	if (rc != CLI_EXIT_OK)
-		goto done;
-
-	wo.chunk_size = chunk_size;
-	wo.compress = mode;
-	wo.threads = cli_stream_threads();
-	if (dvar_writer_open(&w, out_path, &wo) != DVAR_OK) {
-		rc = cli_error_dvar("reshard");
-		goto done;
-	}
-	cli_progress_init(&pr, "reshard", progress, 0);
-	cli_copier_init(&c, "reshard", &pr, total);
-	for (size_t i = 0; rc == CLI_EXIT_OK && i < nv; i++) {
-		if (dvar_reader_var(r, i, &v) != DVAR_OK)
-			rc = cli_error_dvar("reshard");
-		else
-			rc = copy_var(&c, r, i, &v, want[i], w);
-	}
-	if (rc == CLI_EXIT_OK && dvar_writer_commit(w) != DVAR_OK)
-		rc = cli_error_dvar("reshard");
-	cli_progress_end(&pr);
-	cli_copier_free(&c);
-done:
-	dvar_writer_free(w);
+	if (rc == CLI_EXIT_OK)
+		rc = cli_rewrite("reshard", r, out_path, chunk_size, mode, progress, total, copy_var,
+		                 want);
 	free(want);
 	return rc;
 }
 
 int cmd_reshard(int argc, char **argv)
 {
-	dvar_read_options ro = DVAR_READ_OPTIONS_INIT;
 	dvar_reader *r = NULL;
-	struct stat st;
 	int rc = cli_parse(&usage, argc, argv);
 
 	if (rc != CLI_CONTINUE)
@@ -262,17 +229,9 @@ int cmd_reshard(int argc, char **argv)
 	var_rule *rules = calloc((size_t)var_opts.n + 1, sizeof(var_rule));
 	if (!rules)
 		return cli_error("reshard", "out of memory");
-	if ((rc = check_options(rules)) != 0)
+	if ((rc = check_options(rules)) != 0 ||
+	    (rc = cli_open_in_out("reshard", in_path, out_path, "directory", &r)) != CLI_EXIT_OK)
 		goto done;
-	if (lstat(out_path, &st) == 0) {
-		rc = cli_error("reshard", "'%s' already exists; give a new directory for OUT", out_path);
-		goto done;
-	}
-	ro.threads = cli_stream_threads();
-	if (dvar_reader_open(&r, in_path, &ro) != DVAR_OK) {
-		rc = cli_error_dvar("reshard");
-		goto done;
-	}
 	rc = reshard(r, rules);
 done:
 	dvar_reader_free(r);

@@ -284,3 +284,23 @@ int cli_parse(const cli_usage *u, int argc, char **argv)
 		return rc;
 	return CLI_CONTINUE;
 }
+
+int cli_parse_compress(const char *cmd, const char *text, dvar_compress *out)
+{
+	if (strcmp(text, "none") == 0)
+		*out = DVAR_COMPRESS_NONE;
+	else if (strcmp(text, "lz4") == 0)
+		*out = DVAR_COMPRESS_LZ4;
+	else if (strcmp(text, "auto") == 0)
+		*out = DVAR_COMPRESS_AUTO;
+	else
+		return cli_usage_error(cmd, "--compress takes auto, lz4 or none, not '%s'", text);
+	return 0;
+}
+
+int cli_check_chunk_size(const char *cmd, uint64_t bytes)
+{
+	if (bytes && (bytes % 4096 || bytes > (1u << 30)))
+		return cli_usage_error(cmd, "--chunk-size must be a multiple of 4096 from 4096 to 1 GiB");
+	return 0;
+}

@@ -3,10 +3,13 @@
  * variables: which variables are sharded, the attributes a variable gets
  * when it is written as n div-layout shards, and copying any region of a
  * variable from a reader into a streamed writer slice (or any other sink)
- * in bounded pieces, so that memory does not grow with the variable.
+ * in bounded pieces, so that memory does not grow with the variable; and
+ * the frame of reshard and export: IN opened for OUT, every variable
+ * copied with progress, the new checkpoint committed.
  */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -190,4 +193,60 @@ int cli_stream_threads(void)
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 
 	return cpus < 1 ? 1 : cpus > CLI_STREAM_THREADS ? CLI_STREAM_THREADS : (int)cpus;
+}
+
+/* ------------------------------------------------------------- IN to OUT */
+
+int cli_open_in_out(const char *cmd, const char *in, const char *out, const char *what,
+                    dvar_reader **r)
+{
+	dvar_read_options ro = DVAR_READ_OPTIONS_INIT;
+	struct stat st;
+
+	if (lstat(out, &st) == 0)
+		return cli_error(cmd, "'%s' already exists; give a new %s for OUT", out, what);
+	ro.threads = cli_stream_threads();
+	if (dvar_reader_open(r, in, &ro) != DVAR_OK)
+		return cli_error_dvar(cmd);
+	return CLI_EXIT_OK;
+}
+
+int cli_each_var(const char *cmd, dvar_reader *r, dvar_writer *w, int progress, uint64_t total,
+                 cli_var_fn fn, void *ctx)
+{
+	dvar_var_info v;
+	cli_progress pr;
+	cli_copier c;
+	int rc = CLI_EXIT_OK;
+
+	cli_progress_init(&pr, cmd, progress, 0);
+	cli_copier_init(&c, cmd, &pr, total);
+	for (size_t i = 0; rc == CLI_EXIT_OK && i < dvar_reader_num_vars(r); i++) {
+		if (dvar_reader_var(r, i, &v) != DVAR_OK)
+			rc = cli_error_dvar(cmd);
+		else
+			rc = fn(ctx, &c, r, i, &v, w);
+	}
+	if (rc == CLI_EXIT_OK && w && dvar_writer_commit(w) != DVAR_OK)
+		rc = cli_error_dvar(cmd);
+	cli_progress_end(&pr);
+	cli_copier_free(&c);
+	return rc;
+}
+
+int cli_rewrite(const char *cmd, dvar_reader *r, const char *out, uint64_t chunk_size,
+                dvar_compress compress, int progress, uint64_t total, cli_var_fn fn, void *ctx)
+{
+	dvar_write_options wo = DVAR_WRITE_OPTIONS_INIT;
+	dvar_writer *w = NULL;
+	int rc;
+
+	wo.chunk_size = chunk_size;
+	wo.compress = compress;
+	wo.threads = cli_stream_threads();
+	if (dvar_writer_open(&w, out, &wo) != DVAR_OK)
+		return cli_error_dvar(cmd);
+	rc = cli_each_var(cmd, r, w, progress, total, fn, ctx);
+	dvar_writer_free(w);
+	return rc;
 }

@@ -3,14 +3,17 @@
  */
 #include "testutil.h"
 
+#include <errno.h>
 #include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "dvar/common.h"
 #include "dvar/core.h"
+#include "dvar/runtime.h"
 
 char *tu_mkdtemp(void)
 {
@@ -32,6 +35,26 @@ int tu_teardown_dir(void **state)
 	tu_rmtree(*state);
 	free(*state);
 	return 0;
+}
+
+dvar_strategy *tu_strategy(int replicas, int timeout_ms)
+{
+	dvar_strategy_options o = DVAR_STRATEGY_OPTIONS_INIT;
+	dvar_strategy *s = NULL;
+
+	o.replicas = replicas;
+	o.timeout_ms = timeout_ms;
+	assert_int_equal(dvar_strategy_create(&s, &o), DVAR_OK);
+	assert_non_null(s);
+	return s;
+}
+
+void tu_sleep_ms(int ms)
+{
+	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+
+	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+		;
 }
 
 static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)

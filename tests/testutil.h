@@ -12,12 +12,23 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "dvar/runtime.h"
+
 /** A new empty directory under $TMPDIR (or /tmp); free with tu_rmtree + free. */
 char *tu_mkdtemp(void);
 
 /** cmocka setup/teardown giving each test a fresh directory: *state is its path (char *). */
 int tu_setup_dir(void **state);
 int tu_teardown_dir(void **state);
+
+/**
+ * A strategy of `replicas` local replicas whose collectives give up after
+ * timeout_ms (0: they wait); the test fails when it cannot be made.
+ */
+dvar_strategy *tu_strategy(int replicas, int timeout_ms);
+
+/** Sleep for ms milliseconds (the rest of them after a signal too). */
+void tu_sleep_ms(int ms);
 
 /** Remove a directory tree (best effort). */
 void tu_rmtree(const char *path);

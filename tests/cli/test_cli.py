@@ -301,6 +301,22 @@ class HelperMixin:
                 or f.startswith(name + ".tmp")]
         self.assertEqual(left, [], "left behind in %s" % parent)
 
+    def errors_source(self):
+        """A checkpoint holding a 4 x 3 float32 "a" in two shards, and an OUT beside it."""
+        a = np.arange(12, dtype=np.float32).reshape(4, 3)
+        src = self.path("src")
+        self.import_arrays(src, {"a": a}, "--shards", "a=2")
+        return src, self.path("out")
+
+    def assert_usage_errors(self, cmd, args, out, usage):
+        """`dvar cmd args... opts...` for each (opts, message) of usage: exit 2 with just
+        that message and the hint, and nothing left at out."""
+        for opts, message in usage:
+            with self.subTest(opts=opts):
+                _, err = self.dvar(cmd, *args, *opts, code=2)
+                self.assertEqual(err, "dvar %s: %s\nSee 'dvar help %s'.\n" % (cmd, message, cmd))
+                self.no_leftovers(os.path.dirname(out), os.path.basename(out))
+
 
 # ----------------------------------------------------------------- import
 
@@ -541,19 +557,15 @@ class ImportTest(CliCase, HelperMixin):
 
     def test_shards_errors(self):
         npy = self.save_npy(np.zeros((4, 2)))
-        cases = [
-            (["--shards", "b=2"], "dvar import: --shards: no array named 'b' is imported\n"),
-            (["--shards", "a=0"], "dvar import: --shards 'a=0': N must be at least 1\n"),
-            (["--shards", "a=x"], "dvar import: --shards 'a=x' is not NAME=N\n"),
-            (["--shards", "a=2x"], "dvar import: --shards 'a=2x': N must be a whole number\n"),
-            (["--shards", "=2"], "dvar import: --shards '=2' is not NAME=N\n"),
-            (["--shards", "a=2", "--shards", "a=3"], "dvar import: --shards gives 'a' twice\n"),
-        ]
-        for opts, message in cases:
-            with self.subTest(opts=opts):
-                _, err = self.dvar("import", self.path("out"), "a=" + npy, *opts, code=2)
-                self.assertEqual(err, message + "See 'dvar help import'.\n")
-                self.assertFalse(os.path.exists(self.path("out")))
+        out = self.path("out")
+        self.assert_usage_errors("import", [out, "a=" + npy], out, [
+            (["--shards", "b=2"], "--shards: no array named 'b' is imported"),
+            (["--shards", "a=0"], "--shards 'a=0': N must be at least 1"),
+            (["--shards", "a=x"], "--shards 'a=x' is not NAME=N"),
+            (["--shards", "a=2x"], "--shards 'a=2x': N must be a whole number"),
+            (["--shards", "=2"], "--shards '=2' is not NAME=N"),
+            (["--shards", "a=2", "--shards", "a=3"], "--shards gives 'a' twice"),
+        ])
 
 
 def skeleton(shape):
@@ -1501,10 +1513,7 @@ class ReshardTest(CliCase, HelperMixin):
             self.check_resharded(dst, {"t": t}, {"t": n})
 
     def test_errors(self):
-        a = np.arange(12, dtype=np.float32).reshape(4, 3)
-        src = self.path("src")
-        self.import_arrays(src, {"a": a}, "--shards", "a=2")
-        out = self.path("out")
+        src, out = self.errors_source()
         usage = [
             ([], "nothing to do: give --shards, --partitioner or --var"),
             (["--shards", "0"], "--shards must be at least 1"),
@@ -1519,11 +1528,7 @@ class ReshardTest(CliCase, HelperMixin):
             (["--compress", "zstd", "--shards", "2"],
              "--compress takes auto, lz4 or none, not 'zstd'"),
         ]
-        for opts, message in usage:
-            with self.subTest(opts=opts):
-                _, err = self.dvar("reshard", src, out, *opts, code=2)
-                self.assertEqual(err, "dvar reshard: %s\nSee 'dvar help reshard'.\n" % message)
-                self.no_leftovers(self.dir, "out")
+        self.assert_usage_errors("reshard", [src, out], out, usage)
         _, err = self.dvar("reshard", src, out, "--partitioner", "bogus:1", code=2)
         self.assertTrue(err.startswith("dvar reshard: --partitioner: "), err)
         self.assertIn("bogus", err)
@@ -1768,10 +1773,7 @@ class ExportTest(CliCase, HelperMixin):
                                                    if not k.startswith(("opt/", "slot_"))))
 
     def test_errors(self):
-        a = np.arange(12, dtype=np.float32).reshape(4, 3)
-        src = self.path("src")
-        self.import_arrays(src, {"a": a}, "--shards", "a=2")
-        out = self.path("out")
+        src, out = self.errors_source()
         usage = [
             ([], "export writes every variable as one full tensor: give --single-shard"),
             (["--single-shard", "--format", "npz"],
@@ -1782,11 +1784,7 @@ class ExportTest(CliCase, HelperMixin):
              "--chunk-size must be a multiple of 4096 from 4096 to 1 GiB"),
             (["--single-shard", "--drop-prefix", ""], "--drop-prefix '' would drop every variable"),
         ]
-        for opts, message in usage:
-            with self.subTest(opts=opts):
-                _, err = self.dvar("export", src, out, *opts, code=2)
-                self.assertEqual(err, "dvar export: %s\nSee 'dvar help export'.\n" % message)
-                self.no_leftovers(self.dir, "out")
+        self.assert_usage_errors("export", [src, out], out, usage)
         for fmt in ("dvar", "safetensors"):
             with open(out, "w") as f:
                 f.write("x")

@@ -97,13 +97,6 @@ static void test_core_pool__sequential_calls(void **state)
 	dvar_pool_free(pool);
 }
 
-static void sleep_ms(int ms)
-{
-	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
-	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-		;
-}
-
 struct fail_ctx {
 	atomic_int ran;
 };
@@ -117,7 +110,7 @@ static int failing_task(void *p, size_t i)
 	atomic_fetch_add(&c->ran, 1);
 	switch (i) {
 	case 300:
-		sleep_ms(50);
+		tu_sleep_ms(50);
 		return dvar_error_set(DVAR_ECORRUPT, "task %zu: checksum mismatch", i);
 	case 700:
 		return dvar_error_set(DVAR_EIO, "task %zu: read failed", i);

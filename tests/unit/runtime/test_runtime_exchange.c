@@ -13,31 +13,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "testutil.h"
 #include "core/core.h"
 #include "runtime/engine.h"
 #include "runtime/runtime.h"
-
-static dvar_strategy *make(int replicas, int timeout_ms)
-{
-	dvar_strategy_options o = DVAR_STRATEGY_OPTIONS_INIT;
-	dvar_strategy *s = NULL;
-
-	o.replicas = replicas;
-	o.timeout_ms = timeout_ms;
-	assert_int_equal(dvar_strategy_create(&s, &o), DVAR_OK);
-	assert_non_null(s);
-	return s;
-}
-
-static void sleep_ms(int ms)
-{
-	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
-
-	nanosleep(&ts, NULL);
-}
 
 /* What worker `from` sends worker `to`: a length and a byte pattern. */
 static uint64_t pair_len(int from, int to, int variant)
@@ -99,7 +79,7 @@ static void test_runtime_exchange__all_to_all(void **state)
 {
 	(void)state;
 	for (int r = 1; r <= 3; r += 2) {
-		dvar_strategy *s = make(r, 0);
+		dvar_strategy *s = tu_strategy(r, 0);
 
 		for (int variant = 0; variant < 4; variant++)
 			exchange(s, variant);
@@ -113,7 +93,7 @@ static void test_runtime_exchange__all_to_all(void **state)
 	}
 	/* The same with a timeout (the data goes through a staging copy). */
 	{
-		dvar_strategy *s = make(1, 20000);
+		dvar_strategy *s = tu_strategy(1, 20000);
 
 		exchange(s, 1);
 		exchange(s, 3);
@@ -123,7 +103,7 @@ static void test_runtime_exchange__all_to_all(void **state)
 
 static void test_runtime_exchange__agree(void **state)
 {
-	dvar_strategy *s = make(2, 0);
+	dvar_strategy *s = tu_strategy(2, 0);
 
 	(void)state;
 	assert_int_equal(dvar_strategy__agree(s, DVAR_OK, "test agreement"), DVAR_OK);
@@ -135,7 +115,7 @@ static void test_runtime_exchange__agree(void **state)
  * message, and the next step works. */
 static void test_runtime_exchange__failure_reaches_everyone(void **state)
 {
-	dvar_strategy *s = make(1, 0);
+	dvar_strategy *s = tu_strategy(1, 0);
 	int W = dvar_strategy_num_workers(s), me = dvar_strategy_worker_id(s);
 	int bad = W - 1;
 	uint64_t send_bytes[8] = { 0 }, recv_bytes[8];
@@ -193,7 +173,7 @@ static int sum_fn(dvar_replica *ctx, void *arg)
 /* Workers at different steps fail, on every worker, and stay in step. */
 static void test_runtime_exchange__mismatch(void **state)
 {
-	dvar_strategy *s = make(2, 0);
+	dvar_strategy *s = tu_strategy(2, 0);
 	int W = dvar_strategy_num_workers(s), me = dvar_strategy_worker_id(s);
 	int odd = me == W - 1;
 	int rc;
@@ -265,7 +245,7 @@ static int inside_fn(dvar_replica *ctx, void *arg)
 
 static void test_runtime_exchange__inside_run(void **state)
 {
-	dvar_strategy *s = make(2, 0);
+	dvar_strategy *s = tu_strategy(2, 0);
 	struct inside in;
 
 	(void)state;
@@ -282,7 +262,7 @@ static void test_runtime_exchange__inside_run(void **state)
 
 static void test_runtime_exchange__timeout(void **state)
 {
-	dvar_strategy *s = make(1, 300);
+	dvar_strategy *s = tu_strategy(1, 300);
 	int W = dvar_strategy_num_workers(s), me = dvar_strategy_worker_id(s);
 	uint64_t send_bytes[8] = { 0 }, recv_bytes[8];
 	void *recv = NULL;
@@ -297,7 +277,7 @@ static void test_runtime_exchange__timeout(void **state)
 	}
 	start = dvar_now();
 	if (me == W - 1)
-		sleep_ms(1500);
+		tu_sleep_ms(1500);
 	rc = dvar_strategy__all_to_all(s, DVAR_OK, NULL, send_bytes, &recv, recv_bytes, "late step");
 	assert_int_equal(rc, DVAR_ECOMM);
 	tu_assert_error_contains("timed out after 300 ms");
@@ -310,7 +290,7 @@ static void test_runtime_exchange__timeout(void **state)
 	dvar_strategy_free(s);
 
 	/* A fresh strategy works. */
-	s = make(1, 0);
+	s = tu_strategy(1, 0);
 	exchange(s, 1);
 	dvar_strategy_free(s);
 }

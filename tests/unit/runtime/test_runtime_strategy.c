@@ -14,7 +14,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "testutil.h"
 #include "core/core.h"
@@ -22,24 +21,6 @@
 
 #define MAXR 4
 #define MAXN 64
-
-static dvar_strategy *make(int replicas)
-{
-	dvar_strategy_options o = DVAR_STRATEGY_OPTIONS_INIT;
-	dvar_strategy *s = NULL;
-
-	o.replicas = replicas;
-	assert_int_equal(dvar_strategy_create(&s, &o), DVAR_OK);
-	assert_non_null(s);
-	return s;
-}
-
-static void sleep_ms(int ms)
-{
-	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
-
-	nanosleep(&ts, NULL);
-}
 
 static int thread_count(void)
 {
@@ -109,7 +90,7 @@ static void test_runtime_strategy__ids_and_counts(void **state)
 {
 	(void)state;
 	for (int R = 1; R <= MAXR; R++) {
-		dvar_strategy *s = make(R);
+		dvar_strategy *s = tu_strategy(R, 0);
 		int W = dvar_strategy_num_workers(s), w = dvar_strategy_worker_id(s);
 		struct ids r;
 
@@ -140,7 +121,7 @@ static void test_runtime_strategy__ids_and_counts(void **state)
 
 static void test_runtime_strategy__threads_persist(void **state)
 {
-	dvar_strategy *s = make(3);
+	dvar_strategy *s = tu_strategy(3, 0);
 	struct ids first, again;
 	int threads;
 
@@ -232,7 +213,7 @@ static void test_runtime_strategy__failure_reaches_everyone(void **state)
 {
 	(void)state;
 	for (int R = 1; R <= MAXR; R++) {
-		dvar_strategy *s = make(R);
+		dvar_strategy *s = tu_strategy(R, 0);
 		int N = dvar_strategy_num_replicas_in_sync(s);
 
 		for (int victim = 0; victim < N; victim++) {
@@ -250,7 +231,7 @@ static void test_runtime_strategy__failure_reaches_everyone(void **state)
  * of every worker waits for it in an all_reduce. */
 static void test_runtime_strategy__failure_on_one_worker(void **state)
 {
-	dvar_strategy *s = make(2);
+	dvar_strategy *s = tu_strategy(2, 0);
 	int N = dvar_strategy_num_replicas_in_sync(s);
 
 	(void)state;
@@ -268,7 +249,7 @@ static int silent_fn(dvar_replica *ctx, void *arg)
 
 static void test_runtime_strategy__failure_without_message(void **state)
 {
-	dvar_strategy *s = make(2);
+	dvar_strategy *s = tu_strategy(2, 0);
 	char expect[160];
 
 	(void)state;
@@ -287,7 +268,7 @@ static int two_fail_fn(dvar_replica *ctx, void *arg)
 	int *rc0 = arg;
 
 	if (l == 2)
-		sleep_ms(5);
+		tu_sleep_ms(5);
 	if (l > 0)
 		return dvar_error_set(l == 1 ? DVAR_EIO : DVAR_EINVAL, "failure %d", g);
 	*rc0 = check_sum(ctx, 3);
@@ -296,7 +277,7 @@ static int two_fail_fn(dvar_replica *ctx, void *arg)
 
 static void test_runtime_strategy__lowest_original_failure_wins(void **state)
 {
-	dvar_strategy *s = make(3);
+	dvar_strategy *s = tu_strategy(3, 0);
 	int rc0 = 0;
 
 	(void)state;
@@ -360,7 +341,7 @@ static void test_runtime_strategy__mismatched_collectives(void **state)
 {
 	(void)state;
 	for (int R = 1; R <= 3; R++) {
-		dvar_strategy *s = make(R);
+		dvar_strategy *s = tu_strategy(R, 0);
 		int N = dvar_strategy_num_replicas_in_sync(s);
 
 		for (int kind = MM_BROADCAST; kind <= MM_EXTRA; kind++) {
@@ -406,7 +387,7 @@ static int refused_fn(dvar_replica *ctx, void *arg)
 
 static void test_runtime_strategy__refused_argument(void **state)
 {
-	dvar_strategy *s = make(2);
+	dvar_strategy *s = tu_strategy(2, 0);
 	int R = 2, w = dvar_strategy_worker_id(s), N = dvar_strategy_num_replicas_in_sync(s);
 	struct refused r;
 
@@ -531,7 +512,7 @@ static int reenter_fn(dvar_replica *ctx, void *arg)
 
 static void test_runtime_strategy__run_is_not_reentrant(void **state)
 {
-	dvar_strategy *s = make(2);
+	dvar_strategy *s = tu_strategy(2, 0);
 	int rc[2] = { 0, 0 };
 
 	(void)state;
@@ -571,7 +552,7 @@ static int mark_fn(dvar_replica *ctx, void *arg)
 
 static void test_runtime_strategy__function_scopes(void **state)
 {
-	dvar_strategy *s = make(3);
+	dvar_strategy *s = tu_strategy(3, 0);
 	char expect[2048];
 
 	(void)state;
@@ -637,7 +618,7 @@ static int sleeper_fn(dvar_replica *ctx, void *arg)
 	float buf[4] = { 1, 2, 3, 4 };
 
 	if (dvar_strategy_worker_id(s) == dvar_strategy_num_workers(s) - 1)
-		sleep_ms(1500);
+		tu_sleep_ms(1500);
 	sl->rc[l] = dvar_replica_all_reduce(ctx, DVAR_REDUCE_SUM, DVAR_FLOAT32, buf, buf, 4);
 	snprintf(sl->msg[l], sizeof sl->msg[l], "%s", dvar_error_last()->message);
 	return sl->rc[l];
@@ -675,7 +656,7 @@ static void test_runtime_strategy__timeout(void **state)
 	dvar_strategy_free(s);
 
 	/* A fresh strategy works. */
-	s = make(2);
+	s = tu_strategy(2, 0);
 	assert_int_equal(dvar_strategy_run(s, sum_fn, NULL), DVAR_OK);
 	dvar_strategy_free(s);
 }
@@ -683,7 +664,7 @@ static void test_runtime_strategy__timeout(void **state)
 static void test_runtime_strategy__workers_disagree_on_replicas(void **state)
 {
 	dvar_strategy_options o = DVAR_STRATEGY_OPTIONS_INIT;
-	dvar_strategy *s = make(1);
+	dvar_strategy *s = tu_strategy(1, 0);
 	int W = dvar_strategy_num_workers(s), w = dvar_strategy_worker_id(s);
 
 	(void)state;
@@ -703,7 +684,7 @@ static void test_runtime_strategy__workers_disagree_on_replicas(void **state)
 	assert_null(s);
 	tu_assert_error_contains("replicas = 300");
 	/* And creation works again afterwards. */
-	s = make(2);
+	s = tu_strategy(2, 0);
 	assert_int_equal(dvar_strategy_run(s, sum_fn, NULL), DVAR_OK);
 	dvar_strategy_free(s);
 }

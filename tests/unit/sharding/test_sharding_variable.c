@@ -26,17 +26,6 @@
 
 /* ---------------------------------------------------------------- helpers */
 
-static dvar_strategy *make(int replicas)
-{
-	dvar_strategy_options o = DVAR_STRATEGY_OPTIONS_INIT;
-	dvar_strategy *s = NULL;
-
-	o.replicas = replicas;
-	assert_int_equal(dvar_strategy_create(&s, &o), DVAR_OK);
-	assert_non_null(s);
-	return s;
-}
-
 static void *xmalloc(size_t n)
 {
 	void *p = malloc(n ? n : 1);
@@ -198,7 +187,7 @@ static void expect_read_text_error(dvar_sharded_variable *v, const char *text, i
 
 static void test_sharding_variable__ps_basic(void **state)
 {
-	dvar_strategy *s = make(1);
+	dvar_strategy *s = tu_strategy(1, 0);
 	dvar_partitioner fixed2 = DVAR_PARTITIONER_FIXED_INIT(2);
 	const int64_t dims[2] = { 5, 2 }, dims61[2] = { 6, 1 };
 	void *init = iota(DVAR_INT64, 10, 0);
@@ -241,7 +230,7 @@ static void test_sharding_variable__ps_basic(void **state)
 
 static void test_sharding_variable__ps_round_robin(void **state)
 {
-	dvar_strategy *s = make(2);
+	dvar_strategy *s = tu_strategy(2, 0);
 	dvar_partitioner fixed4 = DVAR_PARTITIONER_FIXED_INIT(4);
 	const int64_t d10[1] = { 10 }, d3[1] = { 3 };
 	void *ten = iota(DVAR_INT64, 10, 0), *three = iota(DVAR_INT64, 3, 0);
@@ -273,7 +262,7 @@ static void test_sharding_variable__ps_round_robin(void **state)
 
 static void test_sharding_variable__ps_partition_to_one(void **state)
 {
-	dvar_strategy *s = make(1);
+	dvar_strategy *s = tu_strategy(1, 0);
 	dvar_partitioner min = DVAR_PARTITIONER_MIN_SIZE_INIT;
 	dvar_partitioner fixed1 = DVAR_PARTITIONER_FIXED_INIT(1);
 	const int64_t d10[1] = { 10 };
@@ -368,7 +357,7 @@ static int identity_init(void *arg, int dtype, const dvar_shape *shape, const in
 
 static void test_sharding_variable__ps_partition_aware_initializer(void **state)
 {
-	dvar_strategy *s = make(1);
+	dvar_strategy *s = tu_strategy(1, 0);
 	int W = dvar_strategy_num_workers(s), me = dvar_strategy_worker_id(s);
 	dvar_partitioner fixed2 = DVAR_PARTITIONER_FIXED_INIT(2);
 	dvar_sharded_variable_spec spec = DVAR_SHARDED_VARIABLE_SPEC_INIT;
@@ -413,7 +402,7 @@ static void test_sharding_variable__assign(void **state)
 	static const double added[] = { 1, 1, 2, 2, 4, 4, 5, 5 };
 	static const double sub[] = { 0, 0, 1, 1, 1, 1, 3, 3 };
 	static const double subbed[] = { 0, 0, 0, 0, 1, 1, 0, 0 };
-	dvar_strategy *s = make(1);
+	dvar_strategy *s = tu_strategy(1, 0);
 	dvar_partitioner fixed3 = DVAR_PARTITIONER_FIXED_INIT(3);
 	const int64_t dims[2] = { 4, 2 };
 
@@ -458,7 +447,7 @@ static void test_sharding_variable__assign(void **state)
 static void test_sharding_variable__assign_errors(void **state)
 {
 	static const double start[] = { 0, 0, 1, 1, 2, 2, 3, 3 };
-	dvar_strategy *s = make(1);
+	dvar_strategy *s = tu_strategy(1, 0);
 	int W = dvar_strategy_num_workers(s), me = dvar_strategy_worker_id(s);
 	dvar_partitioner fixed3 = DVAR_PARTITIONER_FIXED_INIT(3);
 	const int64_t dims[2] = { 4, 2 };
@@ -529,7 +518,7 @@ static void expect_rows(dvar_sharded_variable *v, const char *text, const int *r
 
 static void test_sharding_variable__slicing(void **state)
 {
-	dvar_strategy *s = make(1);
+	dvar_strategy *s = tu_strategy(1, 0);
 	dvar_sharded_variable *v = slicing_variable(s);
 	static const char *const empty[] = { "0:0", "5:3", "3:5:-1", "-1:0", "2:-1:-1" };
 	double col0[8];
@@ -603,7 +592,7 @@ static void test_sharding_variable__slicing(void **state)
 
 static void test_sharding_variable__read_errors(void **state)
 {
-	dvar_strategy *s = make(1);
+	dvar_strategy *s = tu_strategy(1, 0);
 	int W = dvar_strategy_num_workers(s), me = dvar_strategy_worker_id(s);
 	dvar_sharded_variable *v = slicing_variable(s);
 	dvar_index two_ellipses[2] = { { .kind = DVAR_INDEX_ELLIPSIS },
@@ -712,7 +701,7 @@ static size_t reference3(const float *full, const int64_t *dims, const int64_t *
 
 static void test_sharding_variable__read_3d(void **state)
 {
-	dvar_strategy *s = make(2);
+	dvar_strategy *s = tu_strategy(2, 0);
 	dvar_partitioner fixed4 = DVAR_PARTITIONER_FIXED_INIT(4);
 	const int64_t dims[3] = { 7, 3, 4 };
 	float full[84], want[84], got[84];
@@ -760,7 +749,7 @@ static void test_sharding_variable__read_3d(void **state)
 
 static void test_sharding_variable__embedding_lookup(void **state)
 {
-	dvar_strategy *s = make(1);
+	dvar_strategy *s = tu_strategy(1, 0);
 	int W = dvar_strategy_num_workers(s), me = dvar_strategy_worker_id(s);
 	dvar_partitioner fixed3 = DVAR_PARTITIONER_FIXED_INIT(3);
 	dvar_partitioner fixed1 = DVAR_PARTITIONER_FIXED_INIT(1);
@@ -834,7 +823,7 @@ static void test_sharding_variable__embedding_lookup(void **state)
 static void test_sharding_variable__embedding_lookup_random(void **state)
 {
 	static const int dtypes[] = { DVAR_FLOAT32, DVAR_INT64, DVAR_BFLOAT16, DVAR_UINT8 };
-	dvar_strategy *s = make(2);
+	dvar_strategy *s = tu_strategy(2, 0);
 	int me = dvar_strategy_worker_id(s);
 	const int64_t dims[3] = { 37, 3, 2 };
 	const size_t row = 6;
@@ -887,7 +876,7 @@ static void clip_ref(float *row, size_t n, float mn)
 
 static void test_sharding_variable__embedding_lookup_max_norm(void **state)
 {
-	dvar_strategy *s = make(1);
+	dvar_strategy *s = tu_strategy(1, 0);
 	int W = dvar_strategy_num_workers(s);
 	dvar_partitioner fixed2 = DVAR_PARTITIONER_FIXED_INIT(2);
 	const int64_t dims[2] = { 4, 2 };
@@ -970,7 +959,7 @@ static int failing_init(void *arg, int dtype, const dvar_shape *shape, const int
 
 static void test_sharding_variable__create_errors(void **state)
 {
-	dvar_strategy *s = make(1);
+	dvar_strategy *s = tu_strategy(1, 0);
 	int W = dvar_strategy_num_workers(s), me = dvar_strategy_worker_id(s);
 	dvar_partitioner fixed2 = DVAR_PARTITIONER_FIXED_INIT(2);
 	dvar_partitioner fixed3 = DVAR_PARTITIONER_FIXED_INIT(3);
@@ -1124,7 +1113,7 @@ static int sum_replica(dvar_replica *ctx, void *arg)
 /* Workers making different calls fail, every one of them, and stay in step. */
 static void test_sharding_variable__mismatched_calls(void **state)
 {
-	dvar_strategy *s = make(1);
+	dvar_strategy *s = tu_strategy(1, 0);
 	int W = dvar_strategy_num_workers(s), me = dvar_strategy_worker_id(s);
 	dvar_sharded_variable *v = slicing_variable(s);
 	dvar_partitioner fixed2 = DVAR_PARTITIONER_FIXED_INIT(2);

@@ -2,6 +2,7 @@
  * tests/unit/store/store_tu.c - helpers the store tests share (store_tu.h).
  */
 #include <dirent.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,10 +16,16 @@
 int stu_topo_open(stu_topo *t, int replicas)
 {
 	dvar_strategy_options o = DVAR_STRATEGY_OPTIONS_INIT;
-	int rc;
 
 	o.replicas = replicas;
-	if ((rc = dvar_strategy_create(&t->s, &o)) != DVAR_OK)
+	return stu_topo_create(t, &o);
+}
+
+int stu_topo_create(stu_topo *t, const dvar_strategy_options *o)
+{
+	int rc;
+
+	if ((rc = dvar_strategy_create(&t->s, o)) != DVAR_OK)
 		return rc;
 	t->R = dvar_strategy_local_replicas(t->s);
 	t->W = dvar_strategy_num_workers(t->s);
@@ -90,14 +97,24 @@ int stu_exists_in(const char *root, const char *name)
 
 int stu_count_prefix(const char *root, const char *prefix)
 {
+	return stu_list_prefix(root, prefix, NULL);
+}
+
+int stu_list_prefix(const char *root, const char *prefix, FILE *out)
+{
 	DIR *d = opendir(root);
 	struct dirent *e;
 	int n = 0;
 
 	if (!d)
 		return 0;
-	while ((e = readdir(d)) != NULL)
-		n += strncmp(e->d_name, prefix, strlen(prefix)) == 0;
+	while ((e = readdir(d)) != NULL) {
+		if (strncmp(e->d_name, prefix, strlen(prefix)) != 0)
+			continue;
+		n++;
+		if (out && strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
+			fprintf(out, " %s", e->d_name);
+	}
 	closedir(d);
 	return n;
 }
@@ -113,4 +130,24 @@ void stu_latest_of(const char *root, char *out, size_t cap)
 		snprintf(out, cap, "%s", p ? p + 1 : dvar_reader_path(r));
 	}
 	dvar_reader_free(r);
+}
+
+void stu_fsize_limit(stu_fsize *f, int on, rlim_t bytes)
+{
+	struct rlimit small;
+
+	assert_int_equal(getrlimit(RLIMIT_FSIZE, &f->old), 0);
+	f->old_handler = signal(SIGXFSZ, SIG_IGN);
+	f->on = on;
+	small = f->old;
+	small.rlim_cur = bytes;
+	if (on)
+		assert_int_equal(setrlimit(RLIMIT_FSIZE, &small), 0);
+}
+
+void stu_fsize_restore(stu_fsize *f)
+{
+	if (f->on)
+		assert_int_equal(setrlimit(RLIMIT_FSIZE, &f->old), 0);
+	signal(SIGXFSZ, f->old_handler);
 }

@@ -24,7 +24,6 @@
  * W = 1 x R = 2 with the integer SUM split exactly); and saving step 2
  * again into the same root works.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -36,6 +35,7 @@
 
 #include "testutil.h"
 #include "dvar/dvar.h"
+#include "store_tu.h"
 
 /* Worker 1's file size limit in step 2; it writes BIG_ELEMS * 4 bytes. */
 #define FSIZE_LIMIT (1u << 20)
@@ -106,8 +106,7 @@ static void *saved_buffer(const kvar *k, int64_t step, int N)
 }
 
 typedef struct {
-	dvar_strategy *s;
-	int R, W, worker, N;
+	stu_topo topo;
 	dvar_variable *v[NUM_VARS];
 } run;
 
@@ -119,12 +118,8 @@ static int run_open(run *t, int replicas, int timeout_ms)
 	memset(t, 0, sizeof *t);
 	o.replicas = replicas;
 	o.timeout_ms = timeout_ms;
-	if ((rc = dvar_strategy_create(&t->s, &o)) != DVAR_OK)
+	if ((rc = stu_topo_create(&t->topo, &o)) != DVAR_OK)
 		return rc;
-	t->R = dvar_strategy_local_replicas(t->s);
-	t->W = dvar_strategy_num_workers(t->s);
-	t->worker = dvar_strategy_worker_id(t->s);
-	t->N = dvar_strategy_num_replicas_in_sync(t->s);
 	for (int k = 0; k < NUM_VARS; k++) {
 		dvar_variable_spec spec = DVAR_VARIABLE_SPEC_INIT;
 		const kvar *kv = &vars_list[k];
@@ -135,7 +130,7 @@ static int run_open(run *t, int replicas, int timeout_ms)
 		spec.shape.dims[0] = kv->count;
 		spec.synchronization = kv->sync;
 		spec.aggregation = kv->agg;
-		if ((rc = dvar_variable_create(&t->v[k], t->s, &spec)) != DVAR_OK)
+		if ((rc = dvar_variable_create(&t->v[k], t->topo.s, &spec)) != DVAR_OK)
 			return rc;
 	}
 	return DVAR_OK;
@@ -145,7 +140,7 @@ static void run_close(run *t)
 {
 	for (int k = 0; k < NUM_VARS; k++)
 		dvar_variable_free(t->v[k]);
-	dvar_strategy_free(t->s);
+	dvar_strategy_free(t->topo.s);
 }
 
 struct fill_job {
@@ -193,7 +188,7 @@ static int fill(run *t, int64_t step)
 		if (rc != DVAR_OK)
 			return rc;
 	}
-	return dvar_strategy_run(t->s, fill_replica, &j);
+	return dvar_strategy_run(t->topo.s, fill_replica, &j);
 }
 
 static int save_step(run *t, const char *root, int64_t step)
@@ -205,7 +200,7 @@ static int save_step(run *t, const char *root, int64_t step)
 	wo.chunk_size = 1u << 20;
 	wo.threads = 1;
 	so.write = &wo;
-	return dvar_save(t->s, root, step, t->v, NUM_VARS, &so);
+	return dvar_save(t->topo.s, root, step, t->v, NUM_VARS, &so);
 }
 
 /* Write text to path whole or not at all (a kill may come at any time). */
@@ -259,20 +254,21 @@ static int main_save(const char *work, int timeout_ms)
 		fprintf(stderr, "setup: %s\n", dvar_error_last()->message);
 		return 1;
 	}
-	if (t.W != 2) {
-		fprintf(stderr, "run this half under mpirun -np 2 (W is %d)\n", t.W);
+	if (t.topo.W != 2) {
+		fprintf(stderr, "run this half under mpirun -np 2 (W is %d)\n", t.topo.W);
 		return 1;
 	}
 	if ((rc = fill(&t, 1)) != DVAR_OK || (rc = save_step(&t, root, 1)) != DVAR_OK) {
-		fprintf(stderr, "worker %d: step 1: %s\n", t.worker, dvar_error_last()->message);
+		fprintf(stderr, "worker %d: step 1: %s\n", t.topo.worker, dvar_error_last()->message);
 		return 1;
 	}
 	/* New values, so that a committed step 2 could not pass for step 1. */
 	if ((rc = fill(&t, 2)) != DVAR_OK) {
-		fprintf(stderr, "worker %d: step 2 values: %s\n", t.worker, dvar_error_last()->message);
+		fprintf(stderr, "worker %d: step 2 values: %s\n", t.topo.worker,
+		        dvar_error_last()->message);
 		return 1;
 	}
-	if (t.worker == 1) {
+	if (t.topo.worker == 1) {
 		char *armed = tu_path(work, "armed");
 
 		if (arm() != 0) {
@@ -286,11 +282,11 @@ static int main_save(const char *work, int timeout_ms)
 
 	/* Worker 1 never gets here. Worker 0 does when its collectives time
 	 * out before mpirun ends it. */
-	snprintf(text, sizeof text, "worker %d: rc %d (%s): %s\n", t.worker, rc, dvar_strerror(rc),
+	snprintf(text, sizeof text, "worker %d: rc %d (%s): %s\n", t.topo.worker, rc, dvar_strerror(rc),
 	         rc ? dvar_error_last()->message : "");
 	fputs(text, stderr);
 	{
-		char *p = tu_path(work, t.worker ? "returned-1" : "survivor");
+		char *p = tu_path(work, t.topo.worker ? "returned-1" : "survivor");
 
 		write_file(p, text);
 		free(p);
@@ -304,16 +300,6 @@ static int main_save(const char *work, int timeout_ms)
 }
 
 /* ---------------------------------------------------------------- checking */
-
-static int exists(const char *dir, const char *name)
-{
-	char *p = tu_path(dir, name);
-	struct stat st;
-	int found = stat(p, &st) == 0;
-
-	free(p);
-	return found;
-}
 
 static char *read_text(const char *path)
 {
@@ -369,8 +355,8 @@ static int check_restore(const char *root, int64_t step, int N_saved)
 	int bad = 0;
 
 	assert_int_equal(run_open(&t, 2, 0), DVAR_OK);
-	assert_int_equal(t.W, 1);
-	if (dvar_restore(t.s, root, t.v, NUM_VARS, NULL) != DVAR_OK) {
+	assert_int_equal(t.topo.W, 1);
+	if (dvar_restore(t.topo.s, root, t.v, NUM_VARS, NULL) != DVAR_OK) {
 		print_error("restore: %s\n", dvar_error_last()->message);
 		run_close(&t);
 		return 1;
@@ -407,26 +393,6 @@ static int check_restore(const char *root, int64_t step, int N_saved)
 	return bad;
 }
 
-/* Entries of dir whose name starts with prefix, printed. */
-static int list_dir(const char *dir, const char *prefix)
-{
-	DIR *d = opendir(dir);
-	struct dirent *e;
-	int n = 0;
-
-	if (!d)
-		return 0;
-	while ((e = readdir(d)) != NULL) {
-		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0 ||
-		    strncmp(e->d_name, prefix, strlen(prefix)) != 0)
-			continue;
-		printf(" %s", e->d_name);
-		n++;
-	}
-	closedir(d);
-	return n;
-}
-
 /* `--check WORK [--survivor]`: alone, after the killed run. */
 static int main_check(const char *work, int survivor)
 {
@@ -437,12 +403,12 @@ static int main_check(const char *work, int survivor)
 	int bad = 0, staging;
 
 	/* The run got as far as the kill, and the kill came. */
-	if (!exists(work, "armed")) {
+	if (!stu_exists_in(work, "armed")) {
 		fprintf(stderr, "FAIL: worker 1 never armed its file size limit: the run did not "
 		                "reach step 2\n");
 		return 1;
 	}
-	if (exists(work, "returned-1")) {
+	if (stu_exists_in(work, "returned-1")) {
 		char *p = tu_path(work, "returned-1");
 
 		text = read_text(p);
@@ -464,9 +430,9 @@ static int main_check(const char *work, int survivor)
 		free(p);
 	}
 	printf("root after the kill:");
-	list_dir(root, "");
+	stu_list_prefix(root, "", stdout);
 	printf("\n");
-	staging = list_dir(root, ".ckpt-2.tmp-");
+	staging = stu_list_prefix(root, ".ckpt-2.tmp-", stdout);
 	printf(" (%d staging directories of step 2)\n", staging);
 
 	/* The pointer file still names step 1; nothing of step 2 is committed. */
@@ -476,7 +442,7 @@ static int main_check(const char *work, int survivor)
 		bad++;
 	}
 	free(text);
-	if (exists(root, "ckpt-2")) {
+	if (stu_exists_in(root, "ckpt-2")) {
 		fprintf(stderr, "FAIL: ckpt-2 was committed\n");
 		bad++;
 	}
@@ -484,7 +450,7 @@ static int main_check(const char *work, int survivor)
 	 * a failure. With --survivor (timeout_ms, and mpirun told to let the
 	 * job go on) it must have returned DVAR_ECOMM and, being the chief,
 	 * removed the staging directory. */
-	if (exists(work, "survivor")) {
+	if (stu_exists_in(work, "survivor")) {
 		char *p = tu_path(work, "survivor");
 		int w = -1, rc = DVAR_OK;
 

@@ -13,11 +13,9 @@
  * sum the counts over all workers before asserting, so that an assert fails
  * on every rank or on none.
  */
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include "testutil.h"
@@ -97,6 +95,26 @@ static void model_free(model *m)
 	memset(m, 0, sizeof *m);
 }
 
+/* A test's start: R replicas per worker, a fresh root every worker sees
+ * (returned), and the model. */
+static char *model_setup(stu_topo *t, int replicas, model *m)
+{
+	char *root;
+
+	assert_int_equal(stu_topo_open(t, replicas), DVAR_OK);
+	root = stu_shared_dir(t->s);
+	model_create(t->s, m);
+	return root;
+}
+
+/* A test's end: the model freed, then the root removed and the strategy freed. */
+static void model_teardown(stu_topo *t, char *root, model *m)
+{
+	model_free(m);
+	stu_drop_shared_dir(t->s, root);
+	dvar_strategy_free(t->s);
+}
+
 static float w_at(int64_t step, int i)
 {
 	return (float)(10 * step + i);
@@ -144,6 +162,18 @@ static int set_replica(dvar_replica *ctx, void *arg)
 	return rc;
 }
 
+/* What local replica l holds of w, acc and count. */
+static int model_read_local(model *m, int l, float w[W_LEN], double acc[ACC_LEN], int64_t *count)
+{
+	int rc = dvar_variable_read_local(m->w, l, w, W_LEN * sizeof *w);
+
+	if (rc == DVAR_OK)
+		rc = dvar_variable_read_local(m->acc, l, acc, ACC_LEN * sizeof *acc);
+	if (rc == DVAR_OK)
+		rc = dvar_variable_read_local(m->count, l, count, sizeof *count);
+	return rc;
+}
+
 /* One training step's worth of change: every variable takes step's values. */
 static void model_set(dvar_strategy *s, model *m, int64_t step)
 {
@@ -173,9 +203,7 @@ static int model_check(const stu_topo *t, model *m, int64_t step, int N_saved)
 		double acc[ACC_LEN];
 		int64_t count, rem = count_total % t->N;
 
-		if (dvar_variable_read_local(m->w, l, w, sizeof w) != DVAR_OK ||
-		    dvar_variable_read_local(m->acc, l, acc, sizeof acc) != DVAR_OK ||
-		    dvar_variable_read_local(m->count, l, &count, sizeof count) != DVAR_OK) {
+		if (model_read_local(m, l, w, acc, &count) != DVAR_OK) {
 			bad++;
 			continue;
 		}
@@ -328,6 +356,25 @@ static void train(dvar_strategy *s, dvar_checkpoint_manager *mgr, model *m, int6
 	assert_int_equal(dvar_manager_wait(mgr), DVAR_OK);
 }
 
+/*
+ * Step `step` saves (a multiple of K), the variables move on to step + 1,
+ * and restoring the latest brings step's values back: the mismatches.
+ */
+static int save_then_restore_latest(const stu_topo *t, dvar_checkpoint_manager *mgr, model *m,
+                                    int64_t step)
+{
+	int64_t restored = -1;
+	int saved = -1;
+
+	model_set(t->s, m, step);
+	assert_int_equal(dvar_manager_step(mgr, step, &saved), DVAR_OK);
+	assert_int_equal(saved, 1);
+	model_set(t->s, m, step + 1);
+	assert_int_equal(dvar_manager_restore(mgr, DVAR_MANAGER_LATEST, &restored), DVAR_OK);
+	assert_int_equal(restored, step);
+	return model_check(t, m, step, t->N);
+}
+
 /* ---------------------------------------------------------------- save every K, keep N */
 
 /*
@@ -346,10 +393,8 @@ static void every_k_keep_last(int async)
 	stu_topo t;
 	int N_saved;
 
-	assert_int_equal(stu_topo_open(&t, 2), DVAR_OK);
+	root = model_setup(&t, 2, &m);
 	N_saved = t.N;
-	root = stu_shared_dir(t.s);
-	model_create(t.s, &m);
 	assert_int_equal(manager_open(&mgr, t.s, root, &m, 3, 2, async), DVAR_OK);
 	train(t.s, mgr, &m, 0, 10, saved);
 	for (int step = 0; step <= 10; step++)
@@ -457,9 +502,7 @@ static void test_store_manager__defaults(void **state)
 	stu_topo t;
 
 	(void)state;
-	assert_int_equal(stu_topo_open(&t, 1), DVAR_OK);
-	root = stu_shared_dir(t.s);
-	model_create(t.s, &m);
+	root = model_setup(&t, 1, &m);
 	assert_int_equal(manager_open(&mgr, t.s, root, &m, 0, 0, 0), DVAR_OK);
 	train(t.s, mgr, &m, 1, 5, saved);
 	for (int k = 0; k < 5; k++)
@@ -499,9 +542,7 @@ static void test_store_manager__defaults(void **state)
 	bad += model_check(&t, &m, 2, t.N);
 	assert_int_equal(stu_sum_over_workers(t.s, bad), 0);
 	dvar_manager_free(mgr);
-	model_free(&m);
-	stu_drop_shared_dir(t.s, root);
-	dvar_strategy_free(t.s);
+	model_teardown(&t, root, &m);
 }
 
 /* ---------------------------------------------------------------- a fresh start */
@@ -517,9 +558,7 @@ static int model_check_set(const stu_topo *t, model *m, int64_t step)
 		double acc[ACC_LEN];
 		int64_t count;
 
-		if (dvar_variable_read_local(m->w, l, w, sizeof w) != DVAR_OK ||
-		    dvar_variable_read_local(m->acc, l, acc, sizeof acc) != DVAR_OK ||
-		    dvar_variable_read_local(m->count, l, &count, sizeof count) != DVAR_OK) {
+		if (model_read_local(m, l, w, acc, &count) != DVAR_OK) {
 			bad++;
 			continue;
 		}
@@ -543,15 +582,12 @@ static void test_store_manager__fresh_start(void **state)
 	dvar_checkpoint_manager *mgr = NULL;
 	char *dir, *root;
 	int64_t restored = -7, bad = 0;
-	int saved = -1;
 	model m;
 	stu_topo t;
 
 	(void)state;
-	assert_int_equal(stu_topo_open(&t, 2), DVAR_OK);
-	dir = stu_shared_dir(t.s);
+	dir = model_setup(&t, 2, &m);
 	root = tu_path(dir, "run/one");
-	model_create(t.s, &m);
 	model_set(t.s, &m, 4);
 	assert_int_equal(manager_open(&mgr, t.s, root, &m, 5, 1, 0), DVAR_OK);
 	assert_true(stu_exists_in(dir, "run/one"));
@@ -567,13 +603,7 @@ static void test_store_manager__fresh_start(void **state)
 	bad += model_check_set(&t, &m, 4);
 
 	/* The first save, then the latest restores over other values. */
-	model_set(t.s, &m, 5);
-	assert_int_equal(dvar_manager_step(mgr, 5, &saved), DVAR_OK);
-	assert_int_equal(saved, 1);
-	model_set(t.s, &m, 6);
-	assert_int_equal(dvar_manager_restore(mgr, DVAR_MANAGER_LATEST, &restored), DVAR_OK);
-	assert_int_equal(restored, 5);
-	bad += model_check(&t, &m, 5, t.N);
+	bad += save_then_restore_latest(&t, mgr, &m, 5);
 
 	/* The root removed behind the manager's back. */
 	stu_sum_over_workers(t.s, 0);
@@ -591,10 +621,8 @@ static void test_store_manager__fresh_start(void **state)
 	bad += model_check_set(&t, &m, 7);
 	assert_int_equal(stu_sum_over_workers(t.s, bad), 0);
 	dvar_manager_free(mgr);
-	model_free(&m);
 	free(root);
-	stu_drop_shared_dir(t.s, dir);
-	dvar_strategy_free(t.s);
+	model_teardown(&t, dir, &m);
 }
 
 /* ---------------------------------------------------------------- async = sync */
@@ -691,15 +719,13 @@ static void test_store_manager__async_poll_restore_free(void **state)
 {
 	dvar_checkpoint_manager *mgr = NULL;
 	char *root;
-	int64_t bad = 0, seen = 0, restored = -1, step;
+	int64_t bad = 0, seen = 0, step;
 	int saved = -1;
 	model m;
 	stu_topo t;
 
 	(void)state;
-	assert_int_equal(stu_topo_open(&t, 2), DVAR_OK);
-	root = stu_shared_dir(t.s);
-	model_create(t.s, &m);
+	root = model_setup(&t, 2, &m);
 	assert_int_equal(manager_open(&mgr, t.s, root, &m, 100, 0, 1), DVAR_OK);
 	model_set(t.s, &m, 0);
 	assert_int_equal(dvar_manager_step(mgr, 0, &saved), DVAR_OK);
@@ -715,13 +741,7 @@ static void test_store_manager__async_poll_restore_free(void **state)
 	bad += checkpoint_check(root, 0, t.N);
 
 	/* Restore right after an asynchronous save started: that save. */
-	model_set(t.s, &m, 100);
-	assert_int_equal(dvar_manager_step(mgr, 100, &saved), DVAR_OK);
-	assert_int_equal(saved, 1);
-	model_set(t.s, &m, 101);
-	assert_int_equal(dvar_manager_restore(mgr, DVAR_MANAGER_LATEST, &restored), DVAR_OK);
-	assert_int_equal(restored, 100);
-	bad += model_check(&t, &m, 100, t.N);
+	bad += save_then_restore_latest(&t, mgr, &m, 100);
 	assert_true(stu_exists_in(root, "ckpt-100"));
 
 	/* Freed with a save pending: the strategy still finishes it. */
@@ -732,9 +752,7 @@ static void test_store_manager__async_poll_restore_free(void **state)
 	assert_int_equal(dvar_save_wait(t.s), DVAR_OK);
 	bad += checkpoint_check(root, 200, t.N);
 	assert_int_equal(stu_sum_over_workers(t.s, bad), 0);
-	model_free(&m);
-	stu_drop_shared_dir(t.s, root);
-	dvar_strategy_free(t.s);
+	model_teardown(&t, root, &m);
 }
 
 /* ---------------------------------------------------------------- a failing pending save */
@@ -755,8 +773,7 @@ static void pending_failure(int by_wait)
 	dvar_manager_options mo = DVAR_MANAGER_OPTIONS_INIT;
 	dvar_save_options so = DVAR_SAVE_OPTIONS_INIT;
 	dvar_write_options wo = test_write_options();
-	struct rlimit old, small;
-	void (*old_handler)(int);
+	stu_fsize limit;
 	char *root, latest[64], want[64];
 	float *big;
 	stu_topo t;
@@ -790,12 +807,7 @@ static void pending_failure(int by_wait)
 	stu_latest_of(root, latest, sizeof latest);
 	assert_string_equal(latest, "ckpt-0");
 
-	assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
-	old_handler = signal(SIGXFSZ, SIG_IGN);
-	small = old;
-	small.rlim_cur = 65536;
-	if (t.worker == failing)
-		assert_int_equal(setrlimit(RLIMIT_FSIZE, &small), 0);
+	stu_fsize_limit(&limit, t.worker == failing, 65536);
 	/* The save starts fine: the writing fails later, in the background. */
 	assert_int_equal(dvar_manager_step(mgr, step, &saved), DVAR_OK);
 	assert_int_equal(saved, 1);
@@ -812,9 +824,7 @@ static void pending_failure(int by_wait)
 			at = s;
 		}
 	}
-	if (t.worker == failing)
-		assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
-	signal(SIGXFSZ, old_handler);
+	stu_fsize_restore(&limit);
 	assert_int_not_equal(rc, DVAR_OK);
 	assert_true(at >= 0);
 	tu_assert_error_contains("the asynchronous save of step 1000 failed");
@@ -869,9 +879,7 @@ static void test_store_manager__bad_options(void **state)
 	stu_topo t;
 
 	(void)state;
-	assert_int_equal(stu_topo_open(&t, 1), DVAR_OK);
-	root = stu_shared_dir(t.s);
-	model_create(t.s, &m);
+	root = model_setup(&t, 1, &m);
 	vars[0] = m.w;
 	vars[1] = m.acc;
 	vars[2] = m.count;
@@ -956,9 +964,7 @@ static void test_store_manager__bad_options(void **state)
 		assert_false(stu_exists_in(root, "ckpt-1"));
 	}
 	dvar_manager_free(mgr);
-	model_free(&m);
-	stu_drop_shared_dir(t.s, root);
-	dvar_strategy_free(t.s);
+	model_teardown(&t, root, &m);
 }
 
 int main(void)

@@ -22,99 +22,14 @@
  * every component.
  */
 #include <dirent.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 
 #include "testutil.h"
 #include "dvar/dvar.h"
-
-/* ---------------------------------------------------------------- the workers */
-
-typedef struct {
-	dvar_strategy *s;
-	int R, W, worker, N;
-} topo;
-
-static int topo_open(topo *t, int replicas)
-{
-	dvar_strategy_options o = DVAR_STRATEGY_OPTIONS_INIT;
-	int rc;
-
-	o.replicas = replicas;
-	if ((rc = dvar_strategy_create(&t->s, &o)) != DVAR_OK)
-		return rc;
-	t->R = dvar_strategy_local_replicas(t->s);
-	t->W = dvar_strategy_num_workers(t->s);
-	t->worker = dvar_strategy_worker_id(t->s);
-	t->N = dvar_strategy_num_replicas_in_sync(t->s);
-	return DVAR_OK;
-}
-
-struct sum_job {
-	int64_t value;
-};
-
-static int sum_replica(dvar_replica *ctx, void *arg)
-{
-	struct sum_job *j = arg;
-	int64_t v = dvar_replica_local_id(ctx) == 0 ? j->value : 0;
-	int rc = dvar_replica_all_reduce(ctx, DVAR_REDUCE_SUM, DVAR_INT64, &v, &v, 1);
-
-	if (rc == DVAR_OK && dvar_replica_local_id(ctx) == 0)
-		j->value = v;
-	return rc;
-}
-
-/* The sum of every worker's value (and a barrier). */
-static int64_t sum_over_workers(dvar_strategy *s, int64_t value)
-{
-	struct sum_job j = { value };
-
-	if (dvar_strategy_run(s, sum_replica, &j) != DVAR_OK)
-		return -1;
-	return j.value;
-}
-
-#define PATH_BYTES 512
-
-static int path_replica(dvar_replica *ctx, void *arg)
-{
-	char scratch[PATH_BYTES];
-	char *buf = dvar_replica_local_id(ctx) == 0 ? arg : scratch;
-
-	if (buf == scratch)
-		memset(scratch, 0, sizeof scratch);
-	return dvar_replica_broadcast(ctx, 0, DVAR_UINT8, buf, PATH_BYTES);
-}
-
-/* A fresh directory that every worker sees: the chief makes it. */
-static char *shared_dir(dvar_strategy *s)
-{
-	char *path = calloc(1, PATH_BYTES);
-
-	assert_non_null(path);
-	if (dvar_strategy_worker_id(s) == 0) {
-		char *d = tu_mkdtemp();
-
-		snprintf(path, PATH_BYTES, "%s", d);
-		free(d);
-	}
-	assert_int_equal(dvar_strategy_run(s, path_replica, path), DVAR_OK);
-	return path;
-}
-
-/* Every worker is done with dir; the chief removes it. */
-static void drop_shared_dir(dvar_strategy *s, char *dir)
-{
-	sum_over_workers(s, 0);
-	if (dvar_strategy_worker_id(s) == 0)
-		tu_rmtree(dir);
-	free(dir);
-}
+#include "store_tu.h"
 
 /* ---------------------------------------------------------------- elements */
 
@@ -577,7 +492,7 @@ static double restored_at(const tvar *t, double s, int g, int N)
  * name, dtype and shape, and any kind. Integer SUM targets must also read
  * back the saved value exactly.
  */
-static int check_restored(const topo *t, const tvar *saved, const tvar *targets, size_t n,
+static int check_restored(const stu_topo *t, const tvar *saved, const tvar *targets, size_t n,
                           int N_saved)
 {
 	int bad = 0;
@@ -651,9 +566,9 @@ static int64_t restore_into(const char *root, const tvar *list, size_t n, int N_
 {
 	tvar targets[MAX_VARS];
 	int64_t bad = 0;
-	topo t;
+	stu_topo t;
 
-	if (topo_open(&t, R) != DVAR_OK)
+	if (stu_topo_open(&t, R) != DVAR_OK)
 		return 1;
 	for (int swapped = 0; swapped < 2; swapped++) {
 		int64_t step = 0;
@@ -704,7 +619,7 @@ static int64_t restore_into(const char *root, const tvar *list, size_t n, int N_
 			bad += !seven || rc != DVAR_OK || total != (int32_t)saved_at(seven, N_saved, 0);
 		}
 	}
-	bad = sum_over_workers(t.s, bad);
+	bad = stu_sum_over_workers(t.s, bad);
 	dvar_strategy_free(t.s);
 	return bad;
 }
@@ -721,16 +636,16 @@ static void save_and_restore(int R, int big)
 	size_t n = make_list(list, big);
 	char *root;
 	int64_t bad;
-	topo t;
+	stu_topo t;
 	int N_saved;
 
-	assert_int_equal(topo_open(&t, R), DVAR_OK);
+	assert_int_equal(stu_topo_open(&t, R), DVAR_OK);
 	N_saved = t.N;
-	root = shared_dir(t.s);
+	root = stu_shared_dir(t.s);
 	create_vars(t.s, list, n);
 	fill_vars(t.s, list, n);
 	assert_int_equal(save_list(t.s, root, 1, list, n, 1), DVAR_OK);
-	bad = sum_over_workers(t.s, check_checkpoint(root, list, n, t.N, t.W));
+	bad = stu_sum_over_workers(t.s, check_checkpoint(root, list, n, t.N, t.W));
 	assert_int_equal(bad, 0);
 
 	/* TF's table (reference 1.3) for two replicas: [3, 4] saves 7, 3.5, 3. */
@@ -753,8 +668,8 @@ static void save_and_restore(int R, int big)
 		bad = restore_into(root, list, n, N_saved, r);
 		assert_int_equal(bad, 0);
 	}
-	assert_int_equal(topo_open(&t, 1), DVAR_OK);
-	drop_shared_dir(t.s, root);
+	assert_int_equal(stu_topo_open(&t, 1), DVAR_OK);
+	stu_drop_shared_dir(t.s, root);
 	dvar_strategy_free(t.s);
 }
 
@@ -773,11 +688,11 @@ static void test_store__save_restore_r2(void **state)
 /* R = 3 runs alone only, to keep the MPI runs short on two cores. */
 static void test_store__save_restore_r3(void **state)
 {
-	topo t;
+	stu_topo t;
 	int W;
 
 	(void)state;
-	assert_int_equal(topo_open(&t, 1), DVAR_OK);
+	assert_int_equal(stu_topo_open(&t, 1), DVAR_OK);
 	W = t.W;
 	dvar_strategy_free(t.s);
 	if (W == 1)
@@ -791,12 +706,12 @@ static void test_store__balanced(void **state)
 	char *root, *dir;
 	dvar_reader *r = NULL;
 	uint64_t files;
-	topo t;
+	stu_topo t;
 	size_t n;
 	int64_t bad = 0;
 
 	(void)state;
-	assert_int_equal(topo_open(&t, 1), DVAR_OK);
+	assert_int_equal(stu_topo_open(&t, 1), DVAR_OK);
 	n = (size_t)t.W;
 	for (size_t k = 0; k < n; k++) {
 		char name[32];
@@ -805,7 +720,7 @@ static void test_store__balanced(void **state)
 		set_var(&list[k], name, DVAR_FLOAT32, 1, (int64_t[]){ 65536 }, DVAR_SYNC_ON_WRITE,
 		        DVAR_AGG_NONE, P_DEFAULT);
 	}
-	root = shared_dir(t.s);
+	root = stu_shared_dir(t.s);
 	create_vars(t.s, list, n);
 	fill_vars(t.s, list, n);
 	assert_int_equal(save_list(t.s, root, 3, list, n, 0), DVAR_OK);
@@ -825,9 +740,9 @@ static void test_store__balanced(void **state)
 	bad += dvar_reader_open(&r, root, NULL) != DVAR_OK;
 	dvar_reader_free(r);
 	free(dir);
-	assert_int_equal(sum_over_workers(t.s, bad), 0);
+	assert_int_equal(stu_sum_over_workers(t.s, bad), 0);
 	free_vars(list, n);
-	drop_shared_dir(t.s, root);
+	stu_drop_shared_dir(t.s, root);
 	dvar_strategy_free(t.s);
 }
 
@@ -915,17 +830,17 @@ static void test_store__tf_tables(void **state)
 {
 	dvar_write_options wo = test_write_options();
 	char *root;
-	topo t;
+	stu_topo t;
 	int W;
 
 	(void)state;
-	assert_int_equal(topo_open(&t, 1), DVAR_OK);
+	assert_int_equal(stu_topo_open(&t, 1), DVAR_OK);
 	W = t.W;
 	dvar_strategy_free(t.s);
 	if (W > 2)
 		return; /* two replicas in all: W = 1 x R = 2, or W = 2 x R = 1 */
-	assert_int_equal(topo_open(&t, 2 / W), DVAR_OK);
-	root = shared_dir(t.s);
+	assert_int_equal(stu_topo_open(&t, 2 / W), DVAR_OK);
+	root = stu_shared_dir(t.s);
 	for (size_t k = 0; k < sizeof tf_cases / sizeof tf_cases[0]; k++) {
 		const tf_case *c = &tf_cases[k];
 		dvar_save_options so = DVAR_SAVE_OPTIONS_INIT;
@@ -992,65 +907,26 @@ static void test_store__tf_tables(void **state)
 		}
 		if (bad)
 			print_error("case %zu failed on worker %d\n", k, t.worker);
-		assert_int_equal(sum_over_workers(t.s, bad), 0);
+		assert_int_equal(stu_sum_over_workers(t.s, bad), 0);
 	}
-	drop_shared_dir(t.s, root);
+	stu_drop_shared_dir(t.s, root);
 	dvar_strategy_free(t.s);
 }
 
 /* ---------------------------------------------------------------- errors */
 
-static int exists_in(const char *root, const char *name)
-{
-	char *p = tu_path(root, name);
-	struct stat st;
-	int found = stat(p, &st) == 0;
-
-	free(p);
-	return found;
-}
-
-/* Entries of root starting with prefix (staging directories). */
-static int count_prefix(const char *root, const char *prefix)
-{
-	DIR *d = opendir(root);
-	struct dirent *e;
-	int n = 0;
-
-	if (!d)
-		return 0;
-	while ((e = readdir(d)) != NULL)
-		n += strncmp(e->d_name, prefix, strlen(prefix)) == 0;
-	closedir(d);
-	return n;
-}
-
-/* The latest checkpoint under root, by name ("ckpt-1"), or "" */
-static void latest_of(const char *root, char *out, size_t cap)
-{
-	dvar_reader *r = NULL;
-
-	out[0] = '\0';
-	if (dvar_reader_open(&r, root, NULL) == DVAR_OK) {
-		const char *p = strrchr(dvar_reader_path(r), '/');
-
-		snprintf(out, cap, "%s", p ? p + 1 : dvar_reader_path(r));
-	}
-	dvar_reader_free(r);
-}
-
 static void test_store__unsaveable(void **state)
 {
 	tvar list[2];
 	char *root;
-	topo t;
+	stu_topo t;
 	float one = 1.0f;
 
 	(void)state;
-	assert_int_equal(topo_open(&t, 2), DVAR_OK);
+	assert_int_equal(stu_topo_open(&t, 2), DVAR_OK);
 	set_var(&list[0], "m", DVAR_FLOAT32, 0, NULL, DVAR_SYNC_ON_WRITE, DVAR_AGG_SUM, P_DEFAULT);
 	set_var(&list[1], "acc", DVAR_FLOAT32, 0, NULL, DVAR_SYNC_ON_READ, DVAR_AGG_SUM, P_DEFAULT);
-	root = shared_dir(t.s);
+	root = stu_shared_dir(t.s);
 	create_vars(t.s, list, 2);
 	fill_vars(t.s, list, 2);
 
@@ -1061,10 +937,10 @@ static void test_store__unsaveable(void **state)
 	tu_assert_error_contains("Unable to save function train_step for the following reason(s):");
 	tu_assert_error_contains("f_with_input_signature");
 	assert_int_equal(dvar_strategy_function_end(t.s), DVAR_OK);
-	sum_over_workers(t.s, 0);
-	assert_false(exists_in(root, "ckpt-5"));
-	assert_int_equal(count_prefix(root, ".ckpt-5"), 0);
-	assert_false(exists_in(root, "checkpoint"));
+	stu_sum_over_workers(t.s, 0);
+	assert_false(stu_exists_in(root, "ckpt-5"));
+	assert_int_equal(stu_count_prefix(root, ".ckpt-5"), 0);
+	assert_false(stu_exists_in(root, "checkpoint"));
 
 	/* A scope that did nothing unsaveable: saving works, and saving (which
 	 * reads the SUM aggregate) does not mark it, so it works twice. */
@@ -1083,15 +959,15 @@ static void test_store__unsaveable(void **state)
 	{
 		char latest[64];
 
-		latest_of(root, latest, sizeof latest);
+		stu_latest_of(root, latest, sizeof latest);
 		assert_string_equal(latest, "ckpt-7");
 	}
 	/* The same step again: the checkpoint exists, on every worker. */
 	assert_int_equal(save_list(t.s, root, 7, list, 2, 0), DVAR_EEXISTS);
-	sum_over_workers(t.s, 0);
-	assert_int_equal(count_prefix(root, ".ckpt-7"), 0);
+	stu_sum_over_workers(t.s, 0);
+	assert_int_equal(stu_count_prefix(root, ".ckpt-7"), 0);
 	free_vars(list, 2);
-	drop_shared_dir(t.s, root);
+	stu_drop_shared_dir(t.s, root);
 	dvar_strategy_free(t.s);
 }
 
@@ -1099,23 +975,23 @@ static void test_store__on_read_none(void **state)
 {
 	tvar list[2];
 	char *root;
-	topo t;
+	stu_topo t;
 
 	(void)state;
-	assert_int_equal(topo_open(&t, 2), DVAR_OK);
+	assert_int_equal(stu_topo_open(&t, 2), DVAR_OK);
 	set_var(&list[0], "fine", DVAR_FLOAT32, 1, (int64_t[]){ 4 }, DVAR_SYNC_ON_WRITE,
 	        DVAR_AGG_NONE, P_DEFAULT);
 	set_var(&list[1], "metric", DVAR_FLOAT32, 0, NULL, DVAR_SYNC_ON_READ, DVAR_AGG_NONE,
 	        P_DEFAULT);
-	root = shared_dir(t.s);
+	root = stu_shared_dir(t.s);
 	create_vars(t.s, list, 2);
 	assert_int_equal(save_list(t.s, root, 1, list, 2, 0), DVAR_EINVAL);
 	tu_assert_error_contains("'metric'");
 	tu_assert_error_contains("Could not convert from `tf.VariableAggregation` "
 	                         "VariableAggregation.NONE to`tf.distribute.ReduceOp` type");
-	sum_over_workers(t.s, 0);
-	assert_false(exists_in(root, "ckpt-1"));
-	assert_int_equal(count_prefix(root, ".ckpt-1"), 0);
+	stu_sum_over_workers(t.s, 0);
+	assert_false(stu_exists_in(root, "ckpt-1"));
+	assert_int_equal(stu_count_prefix(root, ".ckpt-1"), 0);
 
 	/* Restoring into ON_READ NONE works: the value as it is, everywhere. */
 	assert_int_equal(save_list(t.s, root, 2, list, 1, 0), DVAR_OK);
@@ -1133,11 +1009,11 @@ static void test_store__on_read_none(void **state)
 			for (int i = 0; i < 4; i++)
 				bad += got[i] != 0.0f; /* never assigned: zeros were saved */
 		}
-		assert_int_equal(sum_over_workers(t.s, bad), 0);
+		assert_int_equal(stu_sum_over_workers(t.s, bad), 0);
 		free_vars(&target, 1);
 	}
 	free_vars(list, 2);
-	drop_shared_dir(t.s, root);
+	stu_drop_shared_dir(t.s, root);
 	dvar_strategy_free(t.s);
 }
 
@@ -1147,14 +1023,14 @@ static void test_store__different_lists(void **state)
 	tvar list[2];
 	dvar_variable *vars[2];
 	char *root;
-	topo t;
+	stu_topo t;
 	int rc;
 
 	(void)state;
-	assert_int_equal(topo_open(&t, 1), DVAR_OK);
+	assert_int_equal(stu_topo_open(&t, 1), DVAR_OK);
 	set_var(&list[0], "a", DVAR_FLOAT32, 0, NULL, DVAR_SYNC_ON_WRITE, DVAR_AGG_NONE, P_DEFAULT);
 	set_var(&list[1], "b", DVAR_FLOAT32, 0, NULL, DVAR_SYNC_ON_WRITE, DVAR_AGG_NONE, P_DEFAULT);
-	root = shared_dir(t.s);
+	root = stu_shared_dir(t.s);
 	create_vars(t.s, list, 2);
 	vars[0] = list[0].v;
 	vars[1] = list[1].v;
@@ -1163,8 +1039,8 @@ static void test_store__different_lists(void **state)
 	if (t.W > 1) {
 		assert_int_equal(rc, DVAR_EINVAL);
 		tu_assert_error_contains("the workers save different lists");
-		sum_over_workers(t.s, 0);
-		assert_false(exists_in(root, "ckpt-1"));
+		stu_sum_over_workers(t.s, 0);
+		assert_false(stu_exists_in(root, "ckpt-1"));
 	} else {
 		assert_int_equal(rc, DVAR_OK);
 	}
@@ -1173,7 +1049,7 @@ static void test_store__different_lists(void **state)
 	assert_int_equal(dvar_save(t.s, root, 2, vars, 2, NULL), DVAR_EINVAL);
 	tu_assert_error_contains("'a' is given twice");
 	free_vars(list, 2);
-	drop_shared_dir(t.s, root);
+	stu_drop_shared_dir(t.s, root);
 	dvar_strategy_free(t.s);
 }
 
@@ -1181,16 +1057,16 @@ static void test_store__restore_errors(void **state)
 {
 	tvar list[2], targets[3];
 	char *root;
-	topo t;
+	stu_topo t;
 	int64_t bad = 0;
 	int rc;
 
 	(void)state;
-	assert_int_equal(topo_open(&t, 2), DVAR_OK);
+	assert_int_equal(stu_topo_open(&t, 2), DVAR_OK);
 	set_var(&list[0], "x", DVAR_INT32, 1, (int64_t[]){ 7 }, DVAR_SYNC_ON_WRITE, DVAR_AGG_NONE,
 	        P_DEFAULT);
 	set_var(&list[1], "y", DVAR_FLOAT32, 0, NULL, DVAR_SYNC_ON_READ, DVAR_AGG_MEAN, P_DEFAULT);
-	root = shared_dir(t.s);
+	root = stu_shared_dir(t.s);
 	create_vars(t.s, list, 2);
 	fill_vars(t.s, list, 2);
 	assert_int_equal(save_list(t.s, root, 1, list, 2, 0), DVAR_OK);
@@ -1222,7 +1098,7 @@ static void test_store__restore_errors(void **state)
 		for (int i = 0; i < 7; i++)
 			bad += got[i] != 0;
 	}
-	assert_int_equal(sum_over_workers(t.s, bad), 0);
+	assert_int_equal(stu_sum_over_workers(t.s, bad), 0);
 
 	/* A shape that differs: both shapes in the message. */
 	{
@@ -1253,7 +1129,7 @@ static void test_store__restore_errors(void **state)
 		free(dir);
 	}
 	free_vars(targets, 3);
-	drop_shared_dir(t.s, root);
+	stu_drop_shared_dir(t.s, root);
 	dvar_strategy_free(t.s);
 }
 
@@ -1281,11 +1157,11 @@ static void test_store__bad_arguments(void **state)
 	dvar_strategy_options o1 = DVAR_STRATEGY_OPTIONS_INIT;
 	tvar list[1];
 	char *root;
-	topo t;
+	stu_topo t;
 
 	(void)state;
-	assert_int_equal(topo_open(&t, 2), DVAR_OK);
-	root = shared_dir(t.s);
+	assert_int_equal(stu_topo_open(&t, 2), DVAR_OK);
+	root = stu_shared_dir(t.s);
 
 	bad = x;
 	bad.name = "";
@@ -1305,10 +1181,10 @@ static void test_store__bad_arguments(void **state)
 	bad.data = NULL;
 	assert_int_equal(save_tensors(t.s, root, 1, &bad, 1), DVAR_EINVAL);
 	tu_assert_error_contains("tensor 'x': data is NULL");
-	sum_over_workers(t.s, 0);
-	assert_false(exists_in(root, "ckpt-1"));
-	assert_int_equal(count_prefix(root, ".ckpt-1"), 0);
-	assert_false(exists_in(root, "checkpoint"));
+	stu_sum_over_workers(t.s, 0);
+	assert_false(stu_exists_in(root, "ckpt-1"));
+	assert_int_equal(stu_count_prefix(root, ".ckpt-1"), 0);
+	assert_false(stu_exists_in(root, "checkpoint"));
 
 	/* A variable of another strategy. */
 	o1.workers = 1;
@@ -1331,7 +1207,7 @@ static void test_store__bad_arguments(void **state)
 	tu_assert_error_contains("tensor 'x': data is NULL");
 	assert_int_equal(restore_list(t.s, root, NULL, 0, &x, 1), DVAR_OK);
 	assert_int_equal(value, 5);
-	drop_shared_dir(t.s, root);
+	stu_drop_shared_dir(t.s, root);
 	dvar_strategy_free(t.s);
 }
 
@@ -1346,14 +1222,13 @@ static void test_store__one_worker_fails(void **state)
 	tvar list[8];
 	char *root;
 	char latest[64];
-	struct rlimit old, small;
-	void (*old_handler)(int);
-	topo t;
+	stu_fsize limit;
+	stu_topo t;
 	size_t n;
 	int rc, failing;
 
 	(void)state;
-	assert_int_equal(topo_open(&t, 2), DVAR_OK);
+	assert_int_equal(stu_topo_open(&t, 2), DVAR_OK);
 	failing = t.W - 1;
 	n = (size_t)t.W;
 	for (size_t k = 0; k < n; k++) {
@@ -1364,21 +1239,14 @@ static void test_store__one_worker_fails(void **state)
 		                                                                    : DVAR_SYNC_ON_WRITE,
 		        DVAR_AGG_SUM, P_DEFAULT);
 	}
-	root = shared_dir(t.s);
+	root = stu_shared_dir(t.s);
 	create_vars(t.s, list, n);
 	fill_vars(t.s, list, n);
 	assert_int_equal(save_list(t.s, root, 1, list, n, 0), DVAR_OK);
 
-	assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
-	old_handler = signal(SIGXFSZ, SIG_IGN);
-	small = old;
-	small.rlim_cur = 65536;
-	if (t.worker == failing)
-		assert_int_equal(setrlimit(RLIMIT_FSIZE, &small), 0);
+	stu_fsize_limit(&limit, t.worker == failing, 65536);
 	rc = save_list(t.s, root, 2, list, n, 0);
-	if (t.worker == failing)
-		assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
-	signal(SIGXFSZ, old_handler);
+	stu_fsize_restore(&limit);
 	assert_int_not_equal(rc, DVAR_OK);
 	tu_assert_error_contains("saving step 2");
 	if (t.W > 1) {
@@ -1387,17 +1255,17 @@ static void test_store__one_worker_fails(void **state)
 		snprintf(want, sizeof want, "worker %d:", failing);
 		tu_assert_error_contains(want);
 	}
-	assert_false(exists_in(root, "ckpt-2"));
-	assert_int_equal(count_prefix(root, ".ckpt-2"), 0);
-	latest_of(root, latest, sizeof latest);
+	assert_false(stu_exists_in(root, "ckpt-2"));
+	assert_int_equal(stu_count_prefix(root, ".ckpt-2"), 0);
+	stu_latest_of(root, latest, sizeof latest);
 	assert_string_equal(latest, "ckpt-1");
 
 	/* The next save works. */
 	assert_int_equal(save_list(t.s, root, 3, list, n, 0), DVAR_OK);
-	latest_of(root, latest, sizeof latest);
+	stu_latest_of(root, latest, sizeof latest);
 	assert_string_equal(latest, "ckpt-3");
 	free_vars(list, n);
-	drop_shared_dir(t.s, root);
+	stu_drop_shared_dir(t.s, root);
 	dvar_strategy_free(t.s);
 }
 
@@ -1442,20 +1310,20 @@ static int main_save(const char *dir, int R)
 	tvar list[MAX_VARS];
 	size_t n = make_list(list, 1);
 	int64_t bad;
-	topo t;
+	stu_topo t;
 	int rc;
 
-	if (topo_open(&t, R) != DVAR_OK)
+	if (stu_topo_open(&t, R) != DVAR_OK)
 		return 1;
 	if (t.worker == 0)
 		tu_rmtree(dir);
-	sum_over_workers(t.s, 0);
+	stu_sum_over_workers(t.s, 0);
 	create_vars(t.s, list, n);
 	fill_vars(t.s, list, n);
 	rc = save_list(t.s, dir, 1, list, n, 1);
 	if (rc != DVAR_OK)
 		fprintf(stderr, "save: %s\n", dvar_error_last()->message);
-	bad = sum_over_workers(t.s, rc == DVAR_OK ? check_checkpoint(dir, list, n, t.N, t.W) : 1);
+	bad = stu_sum_over_workers(t.s, rc == DVAR_OK ? check_checkpoint(dir, list, n, t.N, t.W) : 1);
 	if (t.worker == 0 && rc == DVAR_OK) {
 		char *ckpt = tu_path(dir, "ckpt-1");
 		uint64_t files = 0, unique = sizeof plain_step + sizeof plain_table;
@@ -1485,7 +1353,7 @@ static int main_restore_all(int argc, char **argv)
 	int reps[8], nreps = 0, W, worker;
 	int64_t total = 0;
 	char *copy, *tok, *save_ptr = NULL;
-	topo t;
+	stu_topo t;
 
 	if (argc < 5 || strcmp(argv[2], "--replicas") != 0)
 		return 2;
@@ -1494,13 +1362,13 @@ static int main_restore_all(int argc, char **argv)
 	     tok = strtok_r(NULL, ",", &save_ptr))
 		reps[nreps++] = atoi(tok);
 	free(copy);
-	if (topo_open(&t, 1) != DVAR_OK)
+	if (stu_topo_open(&t, 1) != DVAR_OK)
 		return 1;
 	W = t.W;
 	worker = t.worker;
 	dvar_strategy_free(t.s);
 	for (int a = 4; a < argc; a++) {
-		char dir[PATH_BYTES];
+		char dir[512];
 		char *colon;
 		int WS, RS;
 
