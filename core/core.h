@@ -58,6 +58,16 @@ uint32_t dvar_crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b);
 uint32_t dvar_crc32c__table(uint32_t crc, const void *buf, size_t len);
 int dvar_crc32c__hw(uint32_t crc, const void *buf, size_t len, uint32_t *out);
 
+/* ---------------------------------------------------------------- memory */
+
+/**
+ * size bytes (at least one) aligned to a 4096-byte page, zero-filled when
+ * zero is set; release with free(). Page alignment lets the writer hand the
+ * memory straight to O_DIRECT writes instead of copying it through a bounce
+ * buffer. NULL when out of memory.
+ */
+void *dvar_page_alloc(size_t size, int zero);
+
 /* ---------------------------------------------------------------- thread pool */
 
 typedef struct dvar_pool dvar_pool;

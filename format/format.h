@@ -18,7 +18,7 @@ DVAR_BEGIN_DECL
 #define DVAR_FORMAT_VERSION 2     /* what this code writes (2: variable attributes) */
 #define DVAR_FORMAT_MIN_READER 1  /* the oldest reader that can read it (1 skips attributes) */
 #define DVAR_MAGIC "DVAR"
-#define DVAR_ALIGN 4096u          /* every chunk starts at a multiple of this */
+#define DVAR_ALIGN 4096u          /* every chunk starts at a multiple of this (dvar_page_alloc's page) */
 #define DVAR_BLOCK_SIZE 65536u    /* checksum block of raw chunks */
 #define DVAR_MAX_NAME 1024
 #define DVAR_MAX_CHUNK (1u << 30)   /* lz4 sizes are ints */
@@ -191,7 +191,6 @@ int dvar_fs_write_atomic(const char *dir, const char *name, const void *data, si
 /* Rename that fails with DVAR_EEXISTS when to exists (even as an empty directory). */
 int dvar_fs_rename_noreplace(const char *from, const char *to);
 uint64_t dvar_fs_dir_bytes(const char *path);      /* regular files, one level */
-void *dvar_aligned_alloc(size_t size);                        /* DVAR_ALIGN-aligned; free() */
 
 /* ---------------------------------------------------------------- root.c */
 

@@ -245,11 +245,3 @@ uint64_t dvar_fs_dir_bytes(const char *path)
 	closedir(d);
 	return sum;
 }
-
-void *dvar_aligned_alloc(size_t size)
-{
-	void *p = NULL;
-	if (posix_memalign(&p, DVAR_ALIGN, size ? size : DVAR_ALIGN) != 0)
-		return NULL;
-	return p;
-}

@@ -137,7 +137,7 @@ static int table_insert(dvar_writer *w, size_t index)
 static unsigned char *buffer_get(dvar_writer *w)
 {
 	unsigned char *p = dvar_stash_pop(w->buffers);
-	if (!p && !(p = dvar_aligned_alloc(w->buffer_size)))
+	if (!p && !(p = dvar_page_alloc(w->buffer_size, 0)))
 		dvar_error_set(DVAR_ENOMEM, "out of memory (%zu bytes of chunk buffer)", w->buffer_size);
 	return p;
 }
@@ -818,7 +818,7 @@ int dvar_writer_write(dvar_writer *w, const void *data, size_t len)
 	while (len) {
 		size_t k = w->stage_fill;
 		uint64_t clen = dvar_chunk_raw_len(se, w->stream_flushed + k);
-		if (!w->stage[k] && !(w->stage[k] = dvar_aligned_alloc((size_t)se->chunk_size))) {
+		if (!w->stage[k] && !(w->stage[k] = dvar_page_alloc((size_t)se->chunk_size, 0))) {
 			dvar_error_set(DVAR_ENOMEM, "out of memory (%llu bytes of staging buffer)",
 			               (unsigned long long)se->chunk_size);
 			return fail_slice(w, w->stream_var);

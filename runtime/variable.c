@@ -182,8 +182,9 @@ static int alloc_variable(dvar_variable **out, dvar_strategy *s, const dvar_vari
 		size_t cap = name_len + 32;
 
 		v->names[i] = malloc(cap);
-		/* Zeros are the default initial value; one byte keeps malloc(0) out. */
-		v->comp[i] = calloc(nbytes ? nbytes : 1, 1);
+		/* Zeros are the default initial value; page-aligned so that a save
+		 * writes it in place. */
+		v->comp[i] = dvar_page_alloc(nbytes, 1);
 		if (!v->names[i] || !v->comp[i])
 			return dvar_error_set(DVAR_ENOMEM, "variable '%s': out of memory", spec->name);
 		if (i == 0)

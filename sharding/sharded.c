@@ -543,8 +543,8 @@ static int fill_shards(dvar_sharded_variable *v, const dvar_sharded_variable_spe
 
 		if (dvar_sharded__owner(v, i) != v->worker)
 			continue;
-		/* Zeros are the default; one byte keeps malloc(0) out. */
-		if (!(v->data[i] = calloc(bytes ? bytes : 1, 1)))
+		/* Zeros are the default; page-aligned so that a save writes it in place. */
+		if (!(v->data[i] = dvar_page_alloc(bytes, 1)))
 			return dvar_error_set(DVAR_ENOMEM,
 			                      "sharded variable '%s': out of memory for shard '%s' (%zu "
 			                      "bytes)",

@@ -69,7 +69,7 @@ typedef struct {
 	size_t chunk0;        /* its first checksum in the job's arrays */
 	int mismatch;         /* its replicas differ and it is saved anyway */
 	const void *data;     /* what the writer adds, once staged */
-	unsigned char *owned; /* a staged copy or aggregate, when data is not borrowed */
+	unsigned char *owned; /* a staged copy or aggregate in the job's arena, or NULL */
 } item;
 
 /* Keep a message across later calls that overwrite the error record. */
@@ -91,9 +91,15 @@ typedef struct {
 	dvar_write_options wopts;
 	dvar_writer *w;
 
+	/* Staging: page-aligned, kept between saves (store_state). */
+	unsigned char *arena;
+	size_t arena_cap;
+
 	/* The replica check: R × nchunks checksums, replica-major. */
 	size_t nchunks;
 	uint32_t *sums;
+	int phase;               /* what a staging run does (PHASE_*) */
+	int late_verdict;        /* asynchronous: judged by finish(), see defers() */
 	saved_error stage_error; /* a local failure the staging run reports */
 
 	/* The part's write, inline or in the background. */
@@ -111,6 +117,19 @@ static int keep(saved_error *e, int code)
 	snprintf(e->message, sizeof e->message, "%s", code ? dvar_error_last()->message : "");
 	return code;
 }
+
+/*
+ * What the store keeps in the strategy between calls: the pending
+ * asynchronous save, and the staging arena of the last save, whose pages are
+ * already touched, so that the next save's copy costs a memcpy and not page
+ * faults (on a VM, faulting fresh pages in runs at a fraction of memcpy's
+ * speed).
+ */
+typedef struct {
+	save_job *pending;
+	unsigned char *arena;
+	size_t arena_cap;
+} store_state;
 
 static int every_worker(const save_job *j)
 {
@@ -280,6 +299,7 @@ static int prepare(save_job *j, const char *root, dvar_variable *const *vars, si
 		if (opts->write)
 			j->wopts = *opts->write;
 	}
+	j->late_verdict = j->async && !(j->flags & DVAR_SAVE_ALLOW_REPLICA_MISMATCH);
 	if (j->worker != 0 && !every_worker(j)) {
 		/* Publishing and retention are the chief's, and so is reporting. */
 		j->wopts.progress = NULL;
@@ -504,7 +524,8 @@ static int make_plan(save_job *j)
 	for (size_t i = 0; i < j->n; i++) {
 		item *it = &j->items[i];
 
-		it->checked = it->kind == KIND_MIRRORED && it->nbytes &&
+		/* One replica in all has nothing to be compared with. */
+		it->checked = it->kind == KIND_MIRRORED && it->nbytes && j->R * j->W > 1 &&
 		              !(j->flags & DVAR_SAVE_SKIP_REPLICA_CHECK);
 		if (it->checked) {
 			it->chunk0 = j->nchunks;
@@ -539,22 +560,52 @@ static int make_plan(save_job *j)
 
 /* ---------------------------------------------------------------- staging */
 
-/* Staging buffers: what this worker writes and cannot borrow. */
+/*
+ * An asynchronous save checksums the primary's share from its staged copy,
+ * in the background, rather than before returning: the stall is then the
+ * copy, and the replicas are judged when the save is finished. Not with
+ * DVAR_SAVE_ALLOW_REPLICA_MISMATCH: its mark goes into the entries, so the
+ * verdict must come before they are written.
+ */
+static int defers(const save_job *j, const item *it, int local)
+{
+	return j->late_verdict && it->checked && local == 0 && it->writer == j->worker;
+}
+
+#define PAGE_ROUND(n) (((n) + 4095u) & ~(size_t)4095u)
+
+/* What this worker writes and cannot borrow: a synchronous save reads
+ * mirrored values, shards and plain data in place; aggregates always need a
+ * buffer. */
+static int staged(const save_job *j, const item *it)
+{
+	return it->writer == j->worker && it->nbytes && (j->async || reduced(it));
+}
+
+/* Staging buffers, carved page-aligned out of the job's arena (the last
+ * save's, reused when it is large enough). */
 static int allocate_staging(save_job *j)
 {
+	size_t need = 0, off = 0;
+
 	if (j->nchunks && !(j->sums = malloc((size_t)j->R * j->nchunks * sizeof *j->sums)))
 		return dvar_error_set(DVAR_ENOMEM, "out of memory");
-	for (size_t i = 0; i < j->n; i++) {
-		item *it = &j->items[i];
-
-		if (it->writer != j->worker || it->nbytes == 0)
-			continue;
-		/* A synchronous save reads mirrored values and plain data in
-		 * place; the aggregates always need a buffer. */
-		if ((j->async || reduced(it)) && !(it->owned = malloc(it->nbytes)))
-			return dvar_error_set(DVAR_ENOMEM, "saving '%s': out of memory (%zu bytes)",
-			                      it->name, it->nbytes);
+	for (size_t i = 0; i < j->n; i++)
+		if (staged(j, &j->items[i]))
+			need += PAGE_ROUND(j->items[i].nbytes);
+	if (need > j->arena_cap) {
+		free(j->arena);
+		j->arena_cap = 0;
+		if (!(j->arena = dvar_page_alloc(need, 0)))
+			return dvar_error_set(DVAR_ENOMEM, "out of memory for %zu bytes of staging",
+			                      need);
+		j->arena_cap = need;
 	}
+	for (size_t i = 0; i < j->n; i++)
+		if (staged(j, &j->items[i])) {
+			j->items[i].owned = j->arena + off;
+			off += PAGE_ROUND(j->items[i].nbytes);
+		}
 	return DVAR_OK;
 }
 
@@ -578,7 +629,16 @@ static void checksum_copy(uint32_t *sums, unsigned char *dst, const unsigned cha
 }
 
 /*
- * The staging run, on every replica: the SUM and MEAN aggregates (TF's
+ * What a staging run does. PHASE_VALUES, before anything is written: the
+ * aggregates and, for an asynchronous save, the copies and the checksums
+ * (fused: the state changes once the call returns). PHASE_CHECK, for a
+ * synchronous save, while its part is being written: the checksums alone,
+ * which then cost CPU time the disk would leave idle.
+ */
+enum { PHASE_VALUES, PHASE_CHECK };
+
+/*
+ * A staging run, on every replica: the SUM and MEAN aggregates (TF's
  * OnReadPolicy._get_cross_replica, the same collective and bytes as
  * dvar_variable_read cross-replica, but from replica context, so an open
  * function scope is not marked: TF saves in a save context), the checksums
@@ -596,7 +656,7 @@ static int stage_replica(dvar_replica *ctx, void *arg)
 		item *it = &j->items[i];
 		int keeper = local == 0 && it->writer == j->worker;
 
-		if (reduced(it)) {
+		if (reduced(it) && j->phase == PHASE_VALUES) {
 			unsigned char *buf = keeper ? it->owned : malloc(it->nbytes);
 			dvar_reduce_op op = it->agg == DVAR_AGG_MEAN ? DVAR_REDUCE_MEAN : DVAR_REDUCE_SUM;
 
@@ -611,11 +671,13 @@ static int stage_replica(dvar_replica *ctx, void *arg)
 				free(buf);
 			if (rc != DVAR_OK)
 				rc = dvar_error_prefix("saving '%s'", it->name);
-		} else if (it->v && it->nbytes) {
+		} else if (it->v && it->nbytes && !reduced(it)) {
 			const unsigned char *src = dvar_variable__component(it->v, local);
-			unsigned char *dst = keeper ? it->owned : NULL;
+			unsigned char *dst = keeper && j->phase == PHASE_VALUES ? it->owned : NULL;
 
-			if (it->checked)
+			if (defers(j, it, local))
+				memcpy(dst, src, it->nbytes);
+			else if (it->checked && (j->async || j->phase == PHASE_CHECK))
 				checksum_copy(j->sums + (size_t)local * j->nchunks + it->chunk0, dst, src,
 				              it->nbytes);
 			else if (dst)
@@ -785,6 +847,10 @@ static void *write_part(void *arg)
 	save_job *j = arg;
 	int rc = DVAR_OK;
 
+	for (size_t i = 0; i < j->n; i++)
+		if (defers(j, &j->items[i], 0))
+			checksum_copy(j->sums + j->items[i].chunk0, NULL, j->items[i].owned,
+			              j->items[i].nbytes);
 	for (size_t i = 0; i < j->n && rc == DVAR_OK; i++)
 		if (j->items[i].writer == j->worker)
 			rc = add_item(j->w, &j->items[i]);
@@ -802,10 +868,9 @@ static void job_free(save_job *j)
 	if (!j)
 		return;
 	dvar_writer_free(j->w);
-	for (size_t i = 0; i < j->n; i++) {
+	for (size_t i = 0; i < j->n; i++)
 		free(j->items[i].name);
-		free(j->items[i].owned);
-	}
+	free(j->arena);
 	free(j->items);
 	free(j->sums);
 	free(j->blob);
@@ -845,16 +910,69 @@ static int new_job(save_job **out, dvar_strategy *s, int64_t step, int async)
 	return DVAR_OK;
 }
 
+/* A staging run in phase, when the agreed list gives it anything to do
+ * (the same decision on every worker). A local failure travels into the
+ * run, which then fails everywhere. */
+static int stage(save_job *j, int phase)
+{
+	int work = 0;
+
+	for (size_t i = 0; i < j->n; i++) {
+		const item *it = &j->items[i];
+
+		work |= phase == PHASE_VALUES ? reduced(it) || (j->async && it->v && it->nbytes)
+		                              : it->checked;
+	}
+	if (!work)
+		return DVAR_OK;
+	j->phase = phase;
+	return dvar_strategy_run(j->s, stage_replica, j);
+}
+
+/* The part's writes: in a thread of their own (sync too, so that the replica
+ * check overlaps them), inline when no thread is to be had. */
+static void start_writing(save_job *j)
+{
+	if (pthread_create(&j->thread, NULL, write_part, j) == 0)
+		j->threaded = 1;
+	else
+		write_part(j);
+}
+
+static void stop_writing(save_job *j)
+{
+	if (j->threaded)
+		pthread_join(j->thread, NULL);
+	j->threaded = 0;
+}
+
+/* The replica verdict, the same on every worker (payload: check_payload). */
+static int agree_on_replicas(save_job *j, int rc)
+{
+	unsigned char *payload = NULL, *all = NULL;
+	size_t len = 0, *offs = NULL;
+
+	if (rc == DVAR_OK && !(payload = check_payload(j, &len)))
+		rc = dvar_error_set(DVAR_ENOMEM, "out of memory");
+	if (rc == DVAR_OK && !(offs = malloc(((size_t)j->W + 1) * sizeof *offs)))
+		rc = dvar_error_set(DVAR_ENOMEM, "out of memory");
+	rc = dvar_store__agree(j->s, rc, payload, len, offs ? &all : NULL, offs);
+	if (rc == DVAR_OK)
+		rc = judge_replicas(j, all, offs);
+	free(payload);
+	free(all);
+	free(offs);
+	return rc;
+}
+
 /*
- * Rounds 1 to 3, then this worker's part written (inline, or started in the
- * background). Returns the agreed status; on failure nothing is left behind
- * and the job may be freed.
+ * Rounds 1 to 3: on success this worker's part is being written (for a
+ * synchronous save too: finish() waits for it). Returns the agreed status;
+ * on failure nothing is left behind and the job may be freed.
  */
 static int begin(save_job *j, const char *root, dvar_variable *const *vars, size_t n,
                  const dvar_save_options *opts)
 {
-	unsigned char *payload = NULL, *all = NULL;
-	size_t len = 0, *offs = NULL;
 	int rc, opened;
 
 	/* Round 1: checks, token, the same list everywhere. */
@@ -866,43 +984,35 @@ static int begin(save_job *j, const char *root, dvar_variable *const *vars, size
 	if (rc != DVAR_OK)
 		return rc; /* the same verdict everywhere; nothing was created */
 
-	/* Round 2: aggregates, checksums and copies, in one replica run. A
-	 * local failure travels into the run, which then fails everywhere. */
+	/* Round 2: aggregates (and, asynchronous, copies and checksums). */
 	keep(&j->stage_error, allocate_staging(j));
-	if ((rc = dvar_strategy_run(j->s, stage_replica, j)) != DVAR_OK)
+	if ((rc = stage(j, PHASE_VALUES)) != DVAR_OK)
 		return rc;
 	point_at_data(j);
 
-	/* Round 3: every worker opens its part; the replica verdict. */
+	/* Round 3: every worker opens its part and starts writing; the
+	 * replicas are judged meanwhile (a synchronous save checksums them now). */
 	rc = every_worker(j) ? dvar_writer_open_step_part(&j->w, j->root, j->step, j->token, 0, 1,
 	                                                  &j->wopts)
 	                     : dvar_writer_open_step_part(&j->w, j->root, j->step, j->token,
 	                                                  j->worker, j->W, &j->wopts);
 	opened = rc == DVAR_OK;
-	if (rc == DVAR_OK && !(payload = check_payload(j, &len)))
-		rc = dvar_error_set(DVAR_ENOMEM, "out of memory");
-	if (rc == DVAR_OK && !(offs = malloc(((size_t)j->W + 1) * sizeof *offs)))
-		rc = dvar_error_set(DVAR_ENOMEM, "out of memory");
-	rc = dvar_store__agree(j->s, rc, payload, len, offs ? &all : NULL, offs);
-	if (rc == DVAR_OK)
-		rc = judge_replicas(j, all, offs);
-	free(payload);
-	free(all);
-	free(offs);
+	rc = dvar_store__agree(j->s, rc, NULL, 0, NULL, NULL);
+	if (rc == DVAR_OK) {
+		start_writing(j);
+		if (!j->late_verdict)
+			rc = agree_on_replicas(j, j->async ? DVAR_OK : stage(j, PHASE_CHECK));
+	}
 	if (rc != DVAR_OK) {
-		/* Nobody wrote data yet; the chief's open may have created the
-		 * staging directory another worker's open failed in. */
+		/* The chief's open may have created the staging directory another
+		 * worker's open failed in. */
+		stop_writing(j);
 		dvar_writer_free(j->w);
 		j->w = NULL;
 		if (opened || j->worker == 0)
 			abort_staging(j);
 		return rc;
 	}
-
-	if (j->async && pthread_create(&j->thread, NULL, write_part, j) == 0)
-		j->threaded = 1;
-	else
-		write_part(j); /* synchronous, or no thread to be had: the stall is longer */
 	return DVAR_OK;
 }
 
@@ -939,9 +1049,9 @@ static int finish(save_job *j)
 	saved_error failed = { DVAR_OK, "" };
 	int rc, rc_local, rc_commit = DVAR_OK;
 
-	if (j->threaded)
-		pthread_join(j->thread, NULL);
-	j->threaded = 0;
+	stop_writing(j);
+	if (j->late_verdict)
+		keep(&failed, agree_on_replicas(j, DVAR_OK));
 	rc_local = j->local.code;
 	if (rc_local != DVAR_OK)
 		dvar_error_set(rc_local, "%s", j->local.message);
@@ -955,7 +1065,8 @@ static int finish(save_job *j)
 	/* With EVERY_WORKER the blobs stay home: only the verdict travels. */
 	rc = dvar_store__agree(j->s, rc_local, every_worker(j) ? NULL : j->blob,
 	                       every_worker(j) ? 0 : j->blob_len, offs ? &blobs : NULL, offs);
-	keep(&failed, rc);
+	if (failed.code == DVAR_OK)
+		keep(&failed, rc);
 
 	if (cleans_up(j)) {
 		if (failed.code == DVAR_OK)
@@ -980,29 +1091,60 @@ static int save_error(int rc, int64_t step, const char *root)
 	return dvar_error_prefix("saving step %lld to '%s'", (long long)step, root ? root : "(null)");
 }
 
-static void discard_pending(void *p)
-{
-	save_job *j = p;
+/* The strategy's store state, created on first use (NULL when out of memory). */
+static void state_fini(void *p);
 
-	if (j->threaded)
-		pthread_join(j->thread, NULL);
-	dvar_writer_free(j->w);
-	j->w = NULL;
-	abort_staging(j);
+static store_state *state_of(dvar_strategy *s)
+{
+	store_state *st = dvar_strategy__store_slot(s);
+
+	if (!st && (st = calloc(1, sizeof *st)))
+		dvar_strategy__set_store_slot(s, st, state_fini);
+	return st;
+}
+
+/* Free the job, keeping its arena (the larger one) for the next save. */
+static void release_job(store_state *st, save_job *j)
+{
+	if (st && j->arena_cap > st->arena_cap) {
+		free(st->arena);
+		st->arena = j->arena;
+		st->arena_cap = j->arena_cap;
+		j->arena = NULL;
+	}
 	job_free(j);
+}
+
+/* dvar_strategy_free: a pending save is discarded (no collective is
+ * possible there): its thread joined, its staging removed. */
+static void state_fini(void *p)
+{
+	store_state *st = p;
+	save_job *j = st->pending;
+
+	if (j) {
+		stop_writing(j);
+		dvar_writer_free(j->w);
+		j->w = NULL;
+		abort_staging(j);
+		job_free(j);
+	}
+	free(st->arena);
+	free(st);
 }
 
 /* Finish the pending asynchronous save, if any (collective). */
 static int finish_pending(dvar_strategy *s)
 {
-	save_job *j = dvar_strategy__store_slot(s);
+	store_state *st = dvar_strategy__store_slot(s);
+	save_job *j = st ? st->pending : NULL;
 	int rc;
 
 	if (!j)
 		return DVAR_OK;
-	dvar_strategy__set_store_slot(s, NULL, NULL);
+	st->pending = NULL;
 	rc = save_error(finish(j), j->step, j->root);
-	job_free(j);
+	release_job(st, j);
 	return rc;
 }
 
@@ -1010,6 +1152,7 @@ static int start_save(dvar_strategy *s, const char *root, int64_t step,
                       dvar_variable *const *vars, size_t n, const dvar_save_options *opts,
                       int async)
 {
+	store_state *st;
 	save_job *j = NULL;
 	int rc;
 
@@ -1018,20 +1161,28 @@ static int start_save(dvar_strategy *s, const char *root, int64_t step,
 		                      async ? "dvar_save_async" : "dvar_save");
 	if ((rc = finish_pending(s)) != DVAR_OK)
 		return dvar_error_prefix("step %lld was not saved", (long long)step);
-	if ((rc = new_job(&j, s, step, async)) != DVAR_OK) {
+	st = state_of(s);
+	if ((rc = st ? new_job(&j, s, step, async)
+	             : dvar_error_set(DVAR_ENOMEM, "out of memory")) != DVAR_OK) {
 		/* Round 1 still happens here, so that no peer waits for us. */
 		rc = dvar_store__agree(s, rc, NULL, 0, NULL, NULL);
+		free(j);
 		return save_error(rc, step, root);
 	}
+	/* The last save's staging, already touched. */
+	j->arena = st->arena;
+	j->arena_cap = st->arena_cap;
+	st->arena = NULL;
+	st->arena_cap = 0;
 	rc = begin(j, root, vars, n, opts);
 	if (rc == DVAR_OK && async) {
-		dvar_strategy__set_store_slot(s, j, discard_pending);
+		st->pending = j;
 		return DVAR_OK;
 	}
 	if (rc == DVAR_OK)
 		rc = finish(j);
 	rc = save_error(rc, step, root);
-	job_free(j);
+	release_job(st, j);
 	return rc;
 }
 
@@ -1056,6 +1207,7 @@ int dvar_save_wait(dvar_strategy *s)
 
 int dvar_save_poll(dvar_strategy *s, int *done)
 {
+	store_state *st;
 	save_job *j;
 	unsigned char mine, *all = NULL;
 	int rc, every = 1;
@@ -1063,7 +1215,8 @@ int dvar_save_poll(dvar_strategy *s, int *done)
 	if (!s || !done)
 		return dvar_error_set(DVAR_EINVAL, "dvar_save_poll: %s is NULL", s ? "done" : "strategy");
 	*done = 0;
-	if (!(j = dvar_strategy__store_slot(s))) {
+	st = dvar_strategy__store_slot(s);
+	if (!st || !(j = st->pending)) {
 		*done = 1;
 		return DVAR_OK;
 	}

@@ -113,11 +113,14 @@ DVAR_EXTERN(int) dvar_save(dvar_strategy *s, const char *root, int64_t step,
 
 /**
  * Collective: dvar_save, but return as soon as this worker's share of the
- * state is copied to host staging buffers (and the replicas are checked);
- * compression and writing go on in a background thread while the caller
- * changes the variables. Errors found before the return (arguments, lists,
- * an unsaveable scope, a replica mismatch) are returned at once, the same on
- * every worker, and nothing is written.
+ * state is copied to host staging buffers (page-aligned, kept for the next
+ * save) and the other replicas are checksummed; compression, writing and
+ * the replica verdict go on in a background thread while the caller changes
+ * the variables. Errors found before the return (arguments, lists, an
+ * unsaveable scope) are returned at once, the same on every worker, and
+ * nothing is written; a replica mismatch is returned by the call that
+ * finishes the save (with DVAR_SAVE_ALLOW_REPLICA_MISMATCH the replicas are
+ * judged before the return, since the mark goes into the entries).
  *
  * Only one save is pending per strategy: dvar_save and dvar_save_async first
  * finish the pending one (dvar_save_wait); when that failed, they return its

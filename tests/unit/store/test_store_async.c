@@ -179,9 +179,11 @@ static void test_async__replica_check(void **state)
 				         "(worker 0)", t.N - 1, t.W - 1);
 			tu_assert_error_contains(want);
 		}
-		/* Asynchronous: refused before returning. */
-		assert_int_equal(save_flags(t.s, root, 2, vars, 2, 0, 1), DVAR_EMISMATCH);
-		assert_int_equal(dvar_save_wait(t.s), DVAR_OK);
+		/* Asynchronous: judged when the save is finished. */
+		assert_int_equal(save_flags(t.s, root, 2, vars, 2, 0, 1), DVAR_OK);
+		assert_int_equal(dvar_save_wait(t.s), DVAR_EMISMATCH);
+		tu_assert_error_contains("mirrored variable 'w'");
+		tu_assert_error_contains("bytes [1048576, 2097152)");
 		stu_sum_over_workers(t.s, 0);
 		stu_latest_of(root, latest, sizeof latest);
 		assert_string_equal(latest, "ckpt-1");
@@ -203,6 +205,15 @@ static void test_async__replica_check(void **state)
 		free(got);
 		free(read_entry(path, "b", 10 * sizeof(float), check, sizeof check));
 		assert_string_equal(check, "");
+		free(path);
+
+		/* Asynchronous and saved anyway: judged before writing, marked. */
+		assert_int_equal(save_flags(t.s, root, 4, vars, 2, DVAR_SAVE_ALLOW_REPLICA_MISMATCH, 1),
+		                 DVAR_OK);
+		assert_int_equal(dvar_save_wait(t.s), DVAR_OK);
+		path = tu_path(root, "ckpt-4");
+		free(read_entry(path, "w", n * sizeof(float), check, sizeof check));
+		assert_string_equal(check, "mismatch");
 		free(path);
 
 		/* Not checked at all: saved, unmarked. */
