@@ -1,0 +1,1173 @@
+/*
+ * bench_save.c - saving the mirrored state of W workers: one writer (the
+ * chief alone, TensorFlow's chief-only save), a full copy from every worker
+ * (TensorFlow's documented multi-worker pattern), dvar_save with and without
+ * the replica check, and dvar_save_async, next to the same machine's raw
+ * writes and memcpy of the same bytes, measured in the same run.
+ *
+ * Run under mpirun (W processes, R replicas each). Each worker times from a
+ * barrier to the end of its call; the slowest worker's wall time counts,
+ * next to the CPU time of all workers together; each figure is the median
+ * over --repeat repeats.
+ * (c) and (d), whose difference is the replica check's cost, run back to
+ * back twice each per repeat. Bytes written are the sizes (stat) of the
+ * data files of the new checkpoint(s). Every checkpoint and scratch file is
+ * removed as soon as it is measured, and the scratch folder at the end.
+ * See bench/README.md.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <mpi.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dvar/dvar.h"
+
+#define MIB (1024ull * 1024ull)
+#define GIB(bytes) ((double)(bytes) / (1024.0 * MIB))
+#define IO_BLOCK (4 * MIB)
+#define MAX_REPEAT 99
+#define PROGRAM "dvar_bench_save"
+
+/* What is timed. The raw and memcpy figures are the machine's limits. */
+enum {
+	T_MEMCPY,
+	T_RAW_SHARE,  /* every worker its plan share into its own file */
+	T_RAW_ONE,    /* the chief, the whole state into one file */
+	T_ONE_WRITER, /* (a) */
+	T_EVERY,      /* (b) */
+	T_SHARED,     /* (c) */
+	T_SKIP,       /* (d) */
+	T_STALL,      /* (e) until dvar_save_async returns */
+	T_WAIT,       /* (e) until dvar_save_wait returns */
+	T_COUNT
+};
+
+/* The cases a repeat runs, in an order that rotates from repeat to repeat;
+ * (c) and (d) run as a pair, twice each (c d d c, or d c c d). */
+enum { K_RAW_SHARE, K_RAW_ONE, K_ONE_WRITER, K_EVERY, K_CHECK_PAIR, K_ASYNC, K_COUNT };
+
+typedef struct {
+	double wall[MAX_REPEAT]; /* seconds, the slowest worker */
+	double cpu[MAX_REPEAT];  /* CPU seconds (user + system), summed over the workers */
+	int n;
+	uint64_t bytes; /* written, on disk (0: not a write) */
+} series;
+
+static struct {
+	int rank, W, R;
+	int vars, repeat, warmup, threads, fsync, progress;
+	dvar_compress compress;
+	uint64_t total_mib, var_bytes, unique;
+	uint64_t share_off, share_bytes; /* this worker's share under dvar's plan */
+	const char *dir;
+	char scratch[4096];
+	char shared_root[4200], every_root[4200];
+	int direct_ok; /* raw writes could use O_DIRECT */
+	unsigned char *src, *dst;
+	dvar_strategy *s;
+	dvar_variable **v;
+	dvar_shape shape;
+	series t[T_COUNT];
+	double load_start;
+	double t0, cpu0; /* this worker's clocks at the last start_timer */
+} g;
+
+/* One timed section: the slowest worker's wall time, every worker's CPU. */
+typedef struct {
+	double wall, cpu;
+} sample;
+
+/* ------------------------------------------------------------------ cleanup */
+
+static int remove_entry(const char *path, const struct stat *st, int type, struct FTW *ftw)
+{
+	remove(path);
+	return 0;
+}
+
+static void remove_tree(const char *path)
+{
+	nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* mpirun answers Ctrl-C and a peer's abort with SIGTERM: the chief removes
+ * the scratch folder with async-signal-safe calls only (fork, execve). */
+static char *rm_argv[5];
+static volatile sig_atomic_t rm_armed;
+
+static void on_signal(int sig)
+{
+	if (rm_armed) {
+		pid_t p = fork();
+
+		if (p == 0) {
+			char *envp[] = { NULL };
+			execve("/bin/rm", rm_argv, envp);
+			_exit(127);
+		}
+		if (p > 0)
+			waitpid(p, NULL, 0);
+	}
+	signal(sig, SIG_DFL);
+	raise(sig);
+}
+
+static void arm_cleanup(void)
+{
+	static char rm[] = "rm", rf[] = "-rf", dd[] = "--";
+
+	rm_argv[0] = rm;
+	rm_argv[1] = rf;
+	rm_argv[2] = dd;
+	rm_argv[3] = g.scratch;
+	rm_argv[4] = NULL;
+	rm_armed = 1;
+	signal(SIGINT, on_signal);
+	signal(SIGTERM, on_signal);
+	signal(SIGHUP, on_signal);
+}
+
+static void fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+
+static void fatal(const char *fmt, ...)
+{
+	va_list ap;
+
+	fprintf(stderr, "%s: worker %d: ", PROGRAM, g.rank);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "\n");
+	if (g.rank == 0 && rm_armed) {
+		rm_armed = 0;
+		remove_tree(g.scratch);
+	}
+	MPI_Abort(MPI_COMM_WORLD, 1);
+	exit(1);
+}
+
+static void check(int rc, const char *what)
+{
+	if (rc != DVAR_OK)
+		fatal("%s: %s (%s)", what, dvar_error_last()->message, dvar_strerror(rc));
+}
+
+/* ------------------------------------------------------------------ timing */
+
+static double now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/*
+ * A barrier that sleeps instead of spinning: a worker waiting for the chief
+ * (cases (a) and the one-file raw write) must leave the cores to it. Wakes
+ * up within about 50 us of the last arrival.
+ */
+static void quiet_barrier(void)
+{
+	struct timespec pause = { 0, 50000 };
+	MPI_Request req;
+	double t0 = now();
+	int done = 0;
+
+	MPI_Ibarrier(MPI_COMM_WORLD, &req);
+	for (;;) {
+		MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+		if (done)
+			return;
+		if (now() - t0 < 100e-6)
+			sched_yield();
+		else
+			nanosleep(&pause, NULL);
+	}
+}
+
+/* CPU time of every thread of this process (the library's writers too). */
+static double cpu_seconds(void)
+{
+	struct rusage ru;
+
+	getrusage(RUSAGE_SELF, &ru);
+	return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+	       (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e-6;
+}
+
+/* Start a timed section: every worker leaves the same barrier. */
+static void start_timer(void)
+{
+	quiet_barrier();
+	g.cpu0 = cpu_seconds();
+	g.t0 = now();
+}
+
+/* This worker's wall and CPU time since start_timer. */
+static sample lap(void)
+{
+	sample s = { now() - g.t0, 0 };
+
+	s.cpu = cpu_seconds() - g.cpu0;
+	return s;
+}
+
+/* The slowest worker's wall time and the sum of the CPU times; early
+ * finishers sleep at the barrier. */
+static sample combine(sample mine)
+{
+	sample all;
+
+	quiet_barrier();
+	MPI_Allreduce(&mine.wall, &all.wall, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+	MPI_Allreduce(&mine.cpu, &all.cpu, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+	return all;
+}
+
+static void record(int which, sample s)
+{
+	series *x = &g.t[which];
+
+	x->wall[x->n] = s.wall;
+	x->cpu[x->n++] = s.cpu;
+}
+
+static double load_average(void)
+{
+	FILE *f = fopen("/proc/loadavg", "r");
+	double l1 = -1;
+
+	if (f) {
+		if (fscanf(f, "%lf", &l1) != 1)
+			l1 = -1;
+		fclose(f);
+	}
+	return l1;
+}
+
+/* ------------------------------------------------------------------ data */
+
+static uint64_t rnd(uint64_t *x)
+{
+	*x ^= *x << 13;
+	*x ^= *x >> 7;
+	*x ^= *x << 17;
+	return *x;
+}
+
+/*
+ * Weights as an initializer leaves them: roughly N(0, 0.02^2) (the sum of
+ * four uniforms, scaled), every mantissa bit busy, so neither zeros nor a
+ * pattern a disk or lz4 could shortcut. The same bytes on every worker.
+ */
+static void fill_weights(float *dst, uint64_t n)
+{
+	const double scale = 0.02 * 1.7320508075688772 / 65536.0;
+	uint64_t x = 0x9e3779b97f4a7c15ull;
+
+	for (uint64_t i = 0; i < n; i++) {
+		uint64_t r = rnd(&x);
+		int64_t sum = (int64_t)(r & 0xffff) + (int64_t)(r >> 16 & 0xffff) +
+		              (int64_t)(r >> 32 & 0xffff) + (int64_t)(r >> 48) - 131070;
+		dst[i] = (float)((double)sum * scale);
+	}
+}
+
+/* Anonymous, huge-page-advised and touched now, so no timed section faults. */
+static unsigned char *alloc_prefaulted(uint64_t bytes)
+{
+	void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	if (p == MAP_FAILED)
+		fatal("cannot map %llu bytes: %s", (unsigned long long)bytes, strerror(errno));
+	madvise(p, bytes, MADV_HUGEPAGE);
+	memset(p, 0, bytes);
+	return p;
+}
+
+/* ------------------------------------------------------------------ files */
+
+/* Sum of the sizes of the data files (data-*) in a checkpoint directory. */
+static uint64_t data_bytes(const char *ckpt)
+{
+	DIR *d = opendir(ckpt);
+	struct dirent *e;
+	uint64_t sum = 0;
+	int files = 0;
+
+	if (!d)
+		fatal("cannot list checkpoint %s: %s", ckpt, strerror(errno));
+	while ((e = readdir(d))) {
+		struct stat st;
+
+		if (strncmp(e->d_name, "data-", 5) != 0)
+			continue;
+		if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0)
+			fatal("stat %s/%s: %s", ckpt, e->d_name, strerror(errno));
+		sum += (uint64_t)st.st_size;
+		files++;
+	}
+	closedir(d);
+	if (files == 0)
+		fatal("checkpoint %s holds no data files", ckpt);
+	return sum;
+}
+
+static uint64_t file_bytes(const char *path)
+{
+	struct stat st;
+
+	if (stat(path, &st) != 0)
+		fatal("stat %s: %s", path, strerror(errno));
+	return (uint64_t)st.st_size;
+}
+
+static void ckpt_path(char *out, size_t cap, const char *root, int64_t step)
+{
+	snprintf(out, cap, "%s/ckpt-%lld", root, (long long)step);
+}
+
+/*
+ * Write bytes sequentially in 4 MiB blocks, then fsync (unless --no-fsync),
+ * as bench_io does: O_DIRECT like dvar's writer, buffered where the file
+ * system refuses it. Returns seconds.
+ */
+static double raw_write(const char *path, const void *buf, uint64_t bytes)
+{
+	int direct = g.direct_ok;
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | (direct ? O_DIRECT : 0), 0644);
+	double t0 = now();
+
+	if (fd < 0 && direct && errno == EINVAL) {
+		direct = g.direct_ok = 0;
+		fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	}
+	if (fd < 0)
+		fatal("open %s: %s", path, strerror(errno));
+	for (uint64_t done = 0; done < bytes;) {
+		uint64_t n = bytes - done < IO_BLOCK ? bytes - done : IO_BLOCK;
+		ssize_t w = write(fd, (const char *)buf + done, n);
+
+		if (w < 0 && direct && errno == EINVAL && done == 0) {
+			/* refused at write time (tmpfs): buffered from now on */
+			close(fd);
+			g.direct_ok = 0;
+			return raw_write(path, buf, bytes);
+		}
+		if (w <= 0)
+			fatal("write %s: %s", path, w < 0 ? strerror(errno) : "nothing written");
+		done += (uint64_t)w;
+	}
+	if (g.fsync && fsync(fd) != 0)
+		fatal("fsync %s: %s", path, strerror(errno));
+	close(fd);
+	return now() - t0;
+}
+
+/* After a case: its files gone, and the deletes (and the discards a
+ * `discard` mount issues at the journal commit) done before the next case. */
+static void settle(void)
+{
+	quiet_barrier();
+	if (g.rank == 0) {
+		int fd = open(g.scratch, O_RDONLY | O_DIRECTORY);
+
+		if (fd >= 0) {
+			syncfs(fd);
+			close(fd);
+		}
+	}
+	quiet_barrier();
+}
+
+/* ------------------------------------------------------------------ checks */
+
+/* Untimed, on the first repeat: the checkpoint holds every variable whole,
+ * and the last one reads back as the bytes it was created from. */
+static void verify(const char *ckpt)
+{
+	dvar_read_options ro = DVAR_READ_OPTIONS_INIT;
+	dvar_reader *r = NULL;
+	uint64_t raw = 0;
+	char last[32];
+	size_t idx;
+
+	check(dvar_reader_open(&r, ckpt, &ro), "verify: dvar_reader_open");
+	if (dvar_reader_num_vars(r) != (size_t)g.vars)
+		fatal("%s holds %zu variables, expected %d", ckpt, dvar_reader_num_vars(r), g.vars);
+	for (size_t i = 0; i < dvar_reader_num_vars(r); i++) {
+		dvar_var_info info;
+
+		check(dvar_reader_var(r, i, &info), "verify: dvar_reader_var");
+		raw += info.raw_bytes;
+	}
+	if (raw != g.unique)
+		fatal("%s holds %llu bytes of values, expected %llu", ckpt, (unsigned long long)raw,
+		      (unsigned long long)g.unique);
+	snprintf(last, sizeof last, "var%03d", g.vars - 1);
+	check(dvar_reader_find(r, last, &idx), "verify: dvar_reader_find");
+	check(dvar_reader_read(r, idx, NULL, g.dst, g.var_bytes), "verify: dvar_reader_read");
+	if (memcmp(g.dst, g.src + (uint64_t)(g.vars - 1) * g.var_bytes, g.var_bytes) != 0)
+		fatal("%s: '%s' reads back different bytes", ckpt, last);
+	dvar_reader_free(r);
+}
+
+/* ------------------------------------------------------------------ cases */
+
+static void write_options(dvar_write_options *wo)
+{
+	dvar_write_options init = DVAR_WRITE_OPTIONS_INIT;
+
+	*wo = init;
+	wo->compress = g.compress;
+	wo->threads = g.threads;
+	if (!g.fsync)
+		wo->flags |= DVAR_WRITE_NO_FSYNC;
+}
+
+static void case_raw_share(void)
+{
+	char path[4300];
+	sample t;
+	uint64_t bytes, sum;
+
+	snprintf(path, sizeof path, "%s/raw-%d.bin", g.scratch, g.rank);
+	start_timer();
+	raw_write(path, g.src + g.share_off, g.share_bytes);
+	t = lap();
+	record(T_RAW_SHARE, combine(t));
+	bytes = file_bytes(path);
+	MPI_Allreduce(&bytes, &sum, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
+	g.t[T_RAW_SHARE].bytes = sum;
+	unlink(path);
+}
+
+static void case_raw_one(void)
+{
+	char path[4300];
+	sample t = { 0, 0 };
+
+	snprintf(path, sizeof path, "%s/raw-all.bin", g.scratch);
+	start_timer();
+	if (g.rank == 0) {
+		raw_write(path, g.src, g.unique);
+		t = lap();
+	}
+	record(T_RAW_ONE, combine(t));
+	if (g.rank == 0) {
+		g.t[T_RAW_ONE].bytes = file_bytes(path);
+		unlink(path);
+	}
+}
+
+/* (a) The chief alone writes everything with the format API; the others
+ * wait at the barrier. */
+static void case_one_writer(int64_t step, int verify_it)
+{
+	char ckpt[4300];
+	sample t = { 0, 0 };
+
+	start_timer();
+	if (g.rank == 0) {
+		dvar_write_options wo;
+		dvar_writer *w = NULL;
+
+		write_options(&wo);
+		check(dvar_writer_open_step(&w, g.shared_root, step, &wo), "dvar_writer_open_step");
+		for (int i = 0; i < g.vars; i++) {
+			char name[32];
+
+			snprintf(name, sizeof name, "var%03d", i);
+			check(dvar_writer_add(w, name, DVAR_FLOAT32, &g.shape, NULL,
+			                      g.src + (uint64_t)i * g.var_bytes),
+			      "dvar_writer_add");
+		}
+		check(dvar_writer_commit(w), "dvar_writer_commit");
+		t = lap();
+		dvar_writer_free(w);
+	}
+	record(T_ONE_WRITER, combine(t));
+	if (g.rank == 0) {
+		ckpt_path(ckpt, sizeof ckpt, g.shared_root, step);
+		g.t[T_ONE_WRITER].bytes = data_bytes(ckpt);
+		if (verify_it)
+			verify(ckpt);
+		remove_tree(g.shared_root);
+	}
+}
+
+/* (b), (c), (d): one dvar_save with these flags; returns the slowest
+ * worker's wall time and sets *written to the bytes of the data files. */
+static sample case_save(unsigned int flags, int64_t step, int verify_it, uint64_t *written)
+{
+	const char *root = flags & DVAR_SAVE_EVERY_WORKER ? g.every_root : g.shared_root;
+	dvar_save_options so = DVAR_SAVE_OPTIONS_INIT;
+	dvar_write_options wo;
+	char ckpt[4300];
+	sample t;
+	int mine = (flags & DVAR_SAVE_EVERY_WORKER) || g.rank == 0;
+	uint64_t bytes = 0, sum;
+
+	write_options(&wo);
+	so.write = &wo;
+	so.flags = flags;
+	start_timer();
+	check(dvar_save(g.s, root, step, g.v, (size_t)g.vars, &so), "dvar_save");
+	t = combine(lap());
+	ckpt_path(ckpt, sizeof ckpt, root, step);
+	if (mine) {
+		bytes = data_bytes(ckpt);
+		if (verify_it)
+			verify(ckpt);
+	}
+	MPI_Allreduce(&bytes, &sum, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
+	if (written)
+		*written = sum;
+	quiet_barrier(); /* nobody reads it any more */
+	if (mine)
+		remove_tree(root);
+	return t;
+}
+
+/*
+ * (c) and (d), the check's cost: each twice, mirrored (c d d c on even
+ * repeats, d c c d on odd ones), each figure the mean of its two, so that
+ * a drift of the host within the repeat cancels out of (c) - (d).
+ */
+static void case_check_pair(int64_t step, int first, int odd)
+{
+	static const int order[2][4] = { { T_SHARED, T_SKIP, T_SKIP, T_SHARED },
+		                          { T_SKIP, T_SHARED, T_SHARED, T_SKIP } };
+	sample sum[T_COUNT] = { { 0, 0 } };
+
+	for (int k = 0; k < 4; k++) {
+		int which = order[odd][k];
+		unsigned int flags = which == T_SKIP ? DVAR_SAVE_SKIP_REPLICA_CHECK : 0;
+		sample t = case_save(flags, step, first && k < 2, &g.t[which].bytes);
+
+		sum[which].wall += t.wall / 2;
+		sum[which].cpu += t.cpu / 2;
+		if (k < 3)
+			settle();
+	}
+	record(T_SHARED, sum[T_SHARED]);
+	record(T_SKIP, sum[T_SKIP]);
+}
+
+/* (e) dvar_save_async, then dvar_save_wait at once; then a memcpy of the
+ * whole state on every worker, right there, for the stall's yardstick. */
+static void case_async(int64_t step, int verify_it)
+{
+	dvar_save_options so = DVAR_SAVE_OPTIONS_INIT;
+	dvar_write_options wo;
+	char ckpt[4300];
+	sample stall, wait;
+
+	write_options(&wo);
+	so.write = &wo;
+	start_timer();
+	check(dvar_save_async(g.s, g.shared_root, step, g.v, (size_t)g.vars, &so),
+	      "dvar_save_async");
+	stall = lap();
+	check(dvar_save_wait(g.s), "dvar_save_wait");
+	wait = lap();
+	record(T_STALL, combine(stall));
+	record(T_WAIT, combine(wait));
+
+	start_timer();
+	memcpy(g.dst, g.src, g.unique);
+	__asm__ __volatile__("" : : "r"(g.dst) : "memory");
+	record(T_MEMCPY, combine(lap()));
+
+	if (g.rank == 0) {
+		ckpt_path(ckpt, sizeof ckpt, g.shared_root, step);
+		g.t[T_WAIT].bytes = data_bytes(ckpt);
+		if (verify_it)
+			verify(ckpt);
+		remove_tree(g.shared_root);
+	}
+}
+
+static void run_case(int k, int64_t step, int first, int odd)
+{
+	switch (k) {
+	case K_RAW_SHARE:
+		case_raw_share();
+		break;
+	case K_RAW_ONE:
+		case_raw_one();
+		break;
+	case K_ONE_WRITER:
+		case_one_writer(step, first);
+		break;
+	case K_EVERY:
+		record(T_EVERY,
+		       case_save(DVAR_SAVE_EVERY_WORKER, step, first, &g.t[T_EVERY].bytes));
+		break;
+	case K_CHECK_PAIR:
+		case_check_pair(step, first, odd);
+		break;
+	case K_ASYNC:
+		case_async(step, first);
+		break;
+	}
+	settle();
+}
+
+static double last(int which)
+{
+	return g.t[which].n ? g.t[which].wall[g.t[which].n - 1] : 0;
+}
+
+static void progress_line(int r)
+{
+	if (!g.progress || g.rank != 0)
+		return;
+	fprintf(stderr,
+	        "repeat %d/%d: raw per worker %.3f s, one file %.3f | (a) %.3f (b) %.3f (c) %.3f "
+	        "(d) %.3f (e) stall %.3f wait %.3f | memcpy %.3f | load %.2f\n",
+	        r + 1, g.repeat, last(T_RAW_SHARE), last(T_RAW_ONE), last(T_ONE_WRITER),
+	        last(T_EVERY), last(T_SHARED), last(T_SKIP), last(T_STALL), last(T_WAIT),
+	        last(T_MEMCPY), load_average());
+}
+
+/* ------------------------------------------------------------------ report */
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+static double median_of(double *v, int n)
+{
+	if (n == 0)
+		return 0;
+	qsort(v, (size_t)n, sizeof *v, cmp_double);
+	return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static double median(int which)
+{
+	double v[MAX_REPEAT];
+
+	memcpy(v, g.t[which].wall, (size_t)g.t[which].n * sizeof *v);
+	return median_of(v, g.t[which].n);
+}
+
+static double median_cpu(int which)
+{
+	double v[MAX_REPEAT];
+
+	memcpy(v, g.t[which].cpu, (size_t)g.t[which].n * sizeof *v);
+	return median_of(v, g.t[which].n);
+}
+
+/* The median over repeats of a's time over b's from the same repeat, so the
+ * host's drift between repeats cancels. */
+static double ratio(int a, int b)
+{
+	double v[MAX_REPEAT];
+	int n = g.t[a].n;
+
+	if (n == 0 || g.t[b].n != n)
+		return 0;
+	for (int i = 0; i < n; i++)
+		v[i] = g.t[a].wall[i] / g.t[b].wall[i];
+	return median_of(v, n);
+}
+
+/* The replica check's cost per repeat, (c - d) / d; its median, min and max. */
+static double check_cost(double *lo, double *hi)
+{
+	double v[MAX_REPEAT];
+	int n = g.t[T_SHARED].n;
+
+	for (int i = 0; i < n; i++)
+		v[i] = (g.t[T_SHARED].wall[i] - g.t[T_SKIP].wall[i]) / g.t[T_SKIP].wall[i];
+	qsort(v, (size_t)n, sizeof *v, cmp_double);
+	*lo = v[0];
+	*hi = v[n - 1];
+	return median_of(v, n);
+}
+
+/* The CPU seconds the check adds per save, all workers together: the
+ * median over repeats of (c) - (d). */
+static double check_cpu(void)
+{
+	double v[MAX_REPEAT];
+	int n = g.t[T_SHARED].n;
+
+	for (int i = 0; i < n; i++)
+		v[i] = g.t[T_SHARED].cpu[i] - g.t[T_SKIP].cpu[i];
+	return median_of(v, n);
+}
+
+/* One table row; base/base_name give the "vs limit" time ratio (none: -1). */
+static void row(const char *label, int which, int base, const char *base_name)
+{
+	const series *s = &g.t[which];
+	double lo = s->wall[0], hi = s->wall[0], med = median(which);
+	char bytes[48] = "", vs_a[16] = "", vs_lim[48] = "", line[256];
+	int n;
+
+	for (int i = 1; i < s->n; i++) {
+		lo = s->wall[i] < lo ? s->wall[i] : lo;
+		hi = s->wall[i] > hi ? s->wall[i] : hi;
+	}
+	if (s->bytes)
+		snprintf(bytes, sizeof bytes, "%13llu %7.4f", (unsigned long long)s->bytes,
+		         (double)s->bytes / (double)g.unique);
+	if (which >= T_ONE_WRITER)
+		snprintf(vs_a, sizeof vs_a, "%.2f", ratio(which, T_ONE_WRITER));
+	if (base >= 0)
+		snprintf(vs_lim, sizeof vs_lim, "%.2fx %s", ratio(which, base), base_name);
+	n = snprintf(line, sizeof line, "  %-46s %7.3f [%6.3f-%6.3f] %6.2f %-21s %6.2f %6s  %s",
+	             label, med, lo, hi, median_cpu(which), bytes, (double)g.unique / med / 1e9,
+	             vs_a, vs_lim);
+	while (n > 0 && line[n - 1] == ' ')
+		n--;
+	printf("%.*s\n", n, line);
+}
+
+typedef struct {
+	const char *text;
+	double value;
+	double bound;
+	const char *unit;
+} goal;
+
+static int print_goals(const goal *gl, int n)
+{
+	int met = 0;
+
+	printf("\ngoals\n");
+	for (int i = 0; i < n; i++) {
+		int ok = gl[i].value <= gl[i].bound;
+
+		met += ok;
+		printf("  %-58s %8.3f %-2s (goal <= %g)  %s\n", gl[i].text, gl[i].value, gl[i].unit,
+		       gl[i].bound, ok ? "met" : "MISSED");
+	}
+	printf("%d of %d goals met\n", met, n);
+	return met;
+}
+
+static void report(void)
+{
+	const char *how = g.fsync ? "+ fsync" : "(no fsync)";
+	const char *dio = g.direct_ok ? "O_DIRECT" : "buffered";
+	double lo, hi, cost = check_cost(&lo, &hi);
+	uint64_t worst = g.t[T_SHARED].bytes;
+	char label[96], threads[32];
+
+	worst = g.t[T_SKIP].bytes > worst ? g.t[T_SKIP].bytes : worst;
+	worst = g.t[T_WAIT].bytes > worst ? g.t[T_WAIT].bytes : worst;
+	if (g.threads > 0)
+		snprintf(threads, sizeof threads, "%d", g.threads);
+	else
+		snprintf(threads, sizeof threads, "all %ld", sysconf(_SC_NPROCESSORS_ONLN));
+
+	printf("\n%s: dvar %s, W = %d workers x R = %d replicas; %d float32 ON_WRITE variables "
+	       "of %.2f MiB = %llu bytes of unique state\n",
+	       PROGRAM, dvar_version(), g.W, g.R, g.vars, (double)g.var_bytes / MIB,
+	       (unsigned long long)g.unique);
+	printf("compression %s, fsync %s, writer threads %s per worker, %d repeat%s, "
+	       "scratch in %s\n",
+	       g.compress == DVAR_COMPRESS_NONE ? "off" : g.compress == DVAR_COMPRESS_AUTO ? "AUTO"
+	                                                                                   : "LZ4",
+	       g.fsync ? "on" : "off", threads, g.repeat, g.repeat > 1 ? "s" : "", g.dir);
+	printf("load average (1 min): %.2f at start, %.2f at end, on %ld CPUs\n", g.load_start,
+	       load_average(), sysconf(_SC_NPROCESSORS_ONLN));
+	printf("wall = from a barrier to the end of the call, slowest worker, median [min-max];\n"
+	       "CPU = user + system seconds of every thread, summed over the workers (median);\n"
+	       "bytes = data files of the new checkpoint(s) (stat), /unique = over the unique "
+	       "state;\n"
+	       "GB/s = 1e9 bytes of unique state per second of wall; vs (a) and vs limit = time "
+	       "ratios\n"
+	       "(lower is faster), medians of the per-repeat ratios; (c) and (d): the mean of "
+	       "two saves\neach per repeat (c d d c or d c c d)\n\n");
+	printf("  %-46s %7s %-15s %6s %13s %7s %6s %6s  %s\n", "case", "wall s", " [min-max]",
+	       "CPU s", "bytes", "/unique", "GB/s", "vs (a)", "vs limit");
+	printf("machine, same bytes, same run\n");
+	row("memcpy, whole state, 1 thread, pre-faulted", T_MEMCPY, -1, "");
+	snprintf(label, sizeof label, "raw %s write %s, a file per worker", dio, how);
+	row(label, T_RAW_SHARE, -1, "");
+	snprintf(label, sizeof label, "raw %s write %s, one file (chief)", dio, how);
+	row(label, T_RAW_ONE, -1, "");
+	printf("saving the state\n");
+	row("(a) one writer: the chief, format API", T_ONE_WRITER, T_RAW_ONE, "raw one file");
+	row("(b) every worker a full copy (EVERY_WORKER)", T_EVERY, -1, "");
+	row("(c) dvar_save, shared, replica check on", T_SHARED, T_RAW_SHARE, "raw per worker");
+	row("(d) dvar_save, SKIP_REPLICA_CHECK", T_SKIP, T_RAW_SHARE, "raw per worker");
+	row("(e) dvar_save_async: stall (until it returns)", T_STALL, T_MEMCPY, "memcpy");
+	row("    dvar_save_async + dvar_save_wait", T_WAIT, T_RAW_SHARE, "raw per worker");
+	printf("\nreplica check cost (c - d) / d: %+.1f %% [%+.1f, %+.1f] over the repeats; "
+	       "%+.3f CPU s per save\n(all workers; it checksums R x W = %d copies of the state, "
+	       "%.2f GB)\n",
+	       100 * cost, 100 * lo, 100 * hi, check_cpu(), g.R * g.W,
+	       (double)g.unique * g.R * g.W / 1e9);
+	printf("async stall / memcpy of the whole state: %.2fx\n", ratio(T_STALL, T_MEMCPY));
+	printf("raw per worker / raw one file: %.2fx (the lowest (c) / (a) this disk allows)\n",
+	       ratio(T_RAW_SHARE, T_RAW_ONE));
+
+	goal gl[] = {
+		{ "bytes written by dvar_save <= 1.001x unique ((c) (d) (e))",
+		  (double)worst / (double)g.unique, 1.001, "x" },
+		{ "(c) dvar_save wall <= 0.6x (a) one writer", ratio(T_SHARED, T_ONE_WRITER), 0.6,
+		  "x" },
+		{ "replica check cost (c - d) / d <= 3%", 100 * cost, 3, "%" },
+		{ "async stall <= 1.2x memcpy of the whole state", ratio(T_STALL, T_MEMCPY), 1.2,
+		  "x" },
+	};
+	print_goals(gl, (int)(sizeof gl / sizeof gl[0]));
+}
+
+/* ------------------------------------------------------------------ setup */
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+	        "usage: mpirun -np W " PROGRAM " [options]\n"
+	        "  --total-mib N      MiB of unique state (default 1024)\n"
+	        "  --vars N           float32 ON_WRITE variables sharing it (default 16)\n"
+	        "  --replicas R       replicas per worker (default 1)\n"
+	        "  --dir DIR          where the scratch folder goes, on the disk to measure\n"
+	        "                     (default $TMPDIR or /tmp)\n"
+	        "  --repeat N         repeats; medians are reported (default 5, max %d)\n"
+	        "  --warmup N         untimed dvar_save calls first (default 1)\n"
+	        "  --threads N        writer threads per worker (default 0 = all CPUs)\n"
+	        "  --compress MODE    none (default), auto or lz4\n"
+	        "  --no-fsync         skip fsync in every write (default: fsync'ed writes)\n"
+	        "  --progress, --no-progress\n"
+	        "                     a line per repeat on stderr (default: when stderr is a "
+	        "terminal)\n"
+	        "Needs free space for W full copies of the state (case (b)) and, per machine,\n"
+	        "memory for (2 + R) copies of it per worker. Every checkpoint is removed.\n",
+	        MAX_REPEAT);
+}
+
+static long parse_num(const char *opt, const char *s, long lo, long hi)
+{
+	char *end;
+	long v;
+
+	errno = 0;
+	v = s ? strtol(s, &end, 10) : 0;
+	if (!s || errno || *end || v < lo || v > hi) {
+		if (g.rank == 0) {
+			fprintf(stderr, "%s: %s needs a number from %ld to %ld\n", PROGRAM, opt, lo,
+			        hi);
+			usage(stderr);
+		}
+		MPI_Finalize();
+		exit(2);
+	}
+	return v;
+}
+
+static void parse_args(int argc, char **argv)
+{
+	g.total_mib = 1024;
+	g.vars = 16;
+	g.R = 1;
+	g.repeat = 5;
+	g.warmup = 1;
+	g.fsync = 1;
+	g.compress = DVAR_COMPRESS_NONE;
+	g.progress = isatty(2);
+	g.dir = getenv("TMPDIR") && getenv("TMPDIR")[0] ? getenv("TMPDIR") : "/tmp";
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+
+		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+			if (g.rank == 0)
+				usage(stdout);
+			MPI_Finalize();
+			exit(0);
+		} else if (!strcmp(a, "--no-fsync")) {
+			g.fsync = 0;
+			continue;
+		} else if (!strcmp(a, "--progress")) {
+			g.progress = 1;
+			continue;
+		} else if (!strcmp(a, "--no-progress")) {
+			g.progress = 0;
+			continue;
+		} else if (!strcmp(a, "--total-mib")) {
+			g.total_mib = (uint64_t)parse_num(a, v, 1, 1 << 20);
+		} else if (!strcmp(a, "--vars")) {
+			g.vars = (int)parse_num(a, v, 1, 4096);
+		} else if (!strcmp(a, "--replicas")) {
+			g.R = (int)parse_num(a, v, 1, 256);
+		} else if (!strcmp(a, "--repeat")) {
+			g.repeat = (int)parse_num(a, v, 1, MAX_REPEAT);
+		} else if (!strcmp(a, "--warmup")) {
+			g.warmup = (int)parse_num(a, v, 0, 100);
+		} else if (!strcmp(a, "--threads")) {
+			g.threads = (int)parse_num(a, v, 0, 1024);
+		} else if (!strcmp(a, "--dir") && v) {
+			g.dir = v;
+		} else if (!strcmp(a, "--compress") && v && !strcmp(v, "none")) {
+			g.compress = DVAR_COMPRESS_NONE;
+		} else if (!strcmp(a, "--compress") && v && !strcmp(v, "auto")) {
+			g.compress = DVAR_COMPRESS_AUTO;
+		} else if (!strcmp(a, "--compress") && v && !strcmp(v, "lz4")) {
+			g.compress = DVAR_COMPRESS_LZ4;
+		} else {
+			if (g.rank == 0) {
+				fprintf(stderr, "%s: unknown or incomplete option '%s'\n", PROGRAM,
+				        a);
+				usage(stderr);
+			}
+			MPI_Finalize();
+			exit(2);
+		}
+		i++;
+	}
+	/* Whole 4 KiB rows of 1024 floats per variable. */
+	g.var_bytes = g.total_mib * MIB / (uint64_t)g.vars / 4096 * 4096;
+	if (g.var_bytes == 0) {
+		if (g.rank == 0)
+			fprintf(stderr,
+			        "%s: --total-mib %llu over --vars %d leaves less than 4 KiB per "
+			        "variable\n",
+			        PROGRAM, (unsigned long long)g.total_mib, g.vars);
+		MPI_Finalize();
+		exit(2);
+	}
+	g.unique = g.var_bytes * (uint64_t)g.vars;
+}
+
+/* Refuse, everywhere, with the first failing worker's message. */
+static void agree_or_exit(int ok, const char *message)
+{
+	int all_ok, first_bad, mine = ok ? g.W : g.rank;
+
+	MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+	if (all_ok)
+		return;
+	MPI_Allreduce(&mine, &first_bad, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+	if (g.rank == first_bad)
+		fprintf(stderr, "%s: %s\n", PROGRAM, message);
+	if (g.rank == 0 && rm_armed) {
+		rm_armed = 0;
+		remove_tree(g.scratch);
+	}
+	MPI_Finalize();
+	exit(1);
+}
+
+/* The largest footprint is case (b): W full copies at once, plus 5% and
+ * 512 MiB of headroom. 1 when dir has room; otherwise 0 and why in msg. */
+static int check_space(char *msg, size_t cap)
+{
+	uint64_t need = (uint64_t)g.W * (g.unique + g.unique / 20) + 512 * MIB, avail;
+	struct statvfs vfs;
+
+	if (statvfs(g.dir, &vfs) != 0) {
+		snprintf(msg, cap, "cannot use --dir %s: %s", g.dir, strerror(errno));
+		return 0;
+	}
+	avail = (uint64_t)vfs.f_bavail * vfs.f_frsize;
+	if (avail >= need)
+		return 1;
+	snprintf(msg, cap,
+	         "%s has %.2f GiB free; this run needs %.2f GiB at a time (case (b) writes W = %d "
+	         "full copies of the %.2f GiB state at once, plus 5%% and 512 MiB of headroom). "
+	         "Free some space, pass --dir on a larger disk, or lower --total-mib.",
+	         g.dir, GIB(avail), GIB(need), g.W, GIB(g.unique));
+	return 0;
+}
+
+/*
+ * The chief checks the free space and makes the scratch folder; every worker
+ * then uses the chief's folder (a shared or local file system).
+ */
+static void make_scratch(void)
+{
+	char msg[1024] = "", tmpl[4096];
+	int ok = 1;
+
+	if (g.rank == 0) {
+		snprintf(tmpl, sizeof tmpl, "%s/dvar-bench-save-XXXXXX", g.dir);
+		ok = check_space(msg, sizeof msg);
+		if (ok && !mkdtemp(tmpl)) {
+			ok = 0;
+			snprintf(msg, sizeof msg, "cannot create a scratch folder in %s: %s", g.dir,
+			         strerror(errno));
+		}
+		if (ok) {
+			snprintf(g.scratch, sizeof g.scratch, "%s", tmpl);
+			arm_cleanup();
+		}
+	}
+	MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD);
+	if (!ok)
+		agree_or_exit(g.rank != 0, msg);
+	MPI_Bcast(g.scratch, sizeof g.scratch, MPI_CHAR, 0, MPI_COMM_WORLD);
+	snprintf(g.shared_root, sizeof g.shared_root, "%s/shared", g.scratch);
+	snprintf(g.every_root, sizeof g.every_root, "%s/every-%d", g.scratch, g.rank);
+}
+
+static uint64_t mem_available(void)
+{
+	FILE *f = fopen("/proc/meminfo", "r");
+	char line[256];
+	unsigned long long kb = 0;
+
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof line, f))
+		if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
+			break;
+	fclose(f);
+	return (uint64_t)kb * 1024;
+}
+
+/*
+ * Per machine: each worker holds the source bytes, the memcpy target, its R
+ * replicas' components and, for dvar_save_async, staging for its share.
+ */
+static void check_memory(void)
+{
+	uint64_t need = (2 + (uint64_t)g.R) * g.unique + g.share_bytes + 256 * MIB, node_need = 0;
+	MPI_Comm node;
+	int node_rank, ok = 1;
+	char msg[512] = "";
+
+	MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+	MPI_Comm_rank(node, &node_rank);
+	MPI_Reduce(&need, &node_need, 1, MPI_UINT64_T, MPI_SUM, 0, node);
+	if (node_rank == 0) {
+		uint64_t avail = mem_available();
+
+		if (avail && avail < node_need) {
+			ok = 0;
+			snprintf(msg, sizeof msg,
+			         "this machine has %.2f GiB of memory available; its workers need "
+			         "%.2f GiB ((2 + R) copies of the %.2f GiB state each, plus "
+			         "staging). Lower --total-mib, --replicas or W.",
+			         GIB(avail), GIB(node_need), GIB(g.unique));
+		}
+	}
+	MPI_Comm_free(&node);
+	agree_or_exit(ok, msg);
+}
+
+/* This worker's share under dvar_save's plan: largest first onto the least
+ * loaded worker, the lowest id on ties (docs/STORE.md). */
+static void plan_share(void)
+{
+	uint64_t load[4096] = { 0 }, below = 0;
+	int W = g.W < 4096 ? g.W : 4096;
+
+	for (int i = 0; i < g.vars; i++) {
+		int best = 0;
+
+		for (int w = 1; w < W; w++)
+			if (load[w] < load[best])
+				best = w;
+		load[best] += g.var_bytes;
+	}
+	for (int w = 0; w < g.rank && w < W; w++)
+		below += load[w];
+	g.share_off = below;
+	g.share_bytes = g.rank < W ? load[g.rank] : 0;
+}
+
+static void create_state(void)
+{
+	dvar_strategy_options so = DVAR_STRATEGY_OPTIONS_INIT;
+	int64_t dims[2] = { (int64_t)(g.var_bytes / 4096), 1024 };
+
+	so.replicas = g.R;
+	check(dvar_strategy_create(&g.s, &so), "dvar_strategy_create");
+	if (dvar_strategy_num_workers(g.s) != g.W)
+		fatal("the strategy has %d workers, MPI %d", dvar_strategy_num_workers(g.s), g.W);
+	check(dvar_shape_init(&g.shape, 2, dims), "dvar_shape_init");
+	if (!(g.v = calloc((size_t)g.vars, sizeof *g.v)))
+		fatal("out of memory");
+	for (int i = 0; i < g.vars; i++) {
+		dvar_variable_spec spec = DVAR_VARIABLE_SPEC_INIT;
+		char name[32];
+
+		snprintf(name, sizeof name, "var%03d", i);
+		spec.name = name;
+		spec.dtype = DVAR_FLOAT32;
+		spec.shape = g.shape;
+		spec.initial_value = g.src + (uint64_t)i * g.var_bytes;
+		spec.synchronization = DVAR_SYNC_ON_WRITE;
+		check(dvar_variable_create(&g.v[i], g.s, &spec), "dvar_variable_create");
+	}
+}
+
+int main(int argc, char **argv)
+{
+	int provided;
+
+	MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
+	MPI_Comm_rank(MPI_COMM_WORLD, &g.rank);
+	MPI_Comm_size(MPI_COMM_WORLD, &g.W);
+	parse_args(argc, argv);
+	if (provided < MPI_THREAD_SERIALIZED)
+		agree_or_exit(0, "MPI gives no MPI_THREAD_SERIALIZED support, which dvar needs");
+	g.load_start = load_average();
+	g.direct_ok = 1;
+	plan_share();
+	make_scratch();
+	check_memory();
+
+	if (g.rank == 0 && g.progress)
+		fprintf(stderr,
+		        "%s: W = %d, R = %d, %llu bytes of state in %d variables, scratch %s\n",
+		        PROGRAM, g.W, g.R, (unsigned long long)g.unique, g.vars, g.scratch);
+	g.src = alloc_prefaulted(g.unique);
+	g.dst = alloc_prefaulted(g.unique);
+	fill_weights((float *)g.src, g.unique / 4);
+	create_state();
+
+	for (int i = 0; i < g.warmup; i++) {
+		case_save(0, 1000000 + i, 0, NULL);
+		settle();
+	}
+	for (int r = 0; r < g.repeat; r++) {
+		/* Each case starts after the previous one's files are deleted and
+		 * synced; the first case moves on by one every repeat. */
+		for (int k = 0; k < K_COUNT; k++)
+			run_case((r + k) % K_COUNT, r, r == 0, r % 2);
+		progress_line(r);
+	}
+	if (g.rank == 0)
+		report();
+
+	for (int i = 0; i < g.vars; i++)
+		dvar_variable_free(g.v[i]);
+	free(g.v);
+	dvar_strategy_free(g.s);
+	quiet_barrier();
+	if (g.rank == 0) {
+		rm_armed = 0;
+		remove_tree(g.scratch);
+	}
+	munmap(g.src, g.unique);
+	munmap(g.dst, g.unique);
+	MPI_Finalize();
+	return 0;
+}
