@@ -999,9 +999,17 @@ static int begin(save_job *j, const char *root, dvar_variable *const *vars, size
 	opened = rc == DVAR_OK;
 	rc = dvar_store__agree(j->s, rc, NULL, 0, NULL, NULL);
 	if (rc == DVAR_OK) {
-		start_writing(j);
-		if (!j->late_verdict)
+		/* Marks (DVAR_SAVE_ALLOW_REPLICA_MISMATCH) go into the entries:
+		 * judge before writing. A verdict that can only fail the save may
+		 * come while the part is written. */
+		int marks = (j->flags & DVAR_SAVE_ALLOW_REPLICA_MISMATCH) != 0;
+
+		if (marks)
 			rc = agree_on_replicas(j, j->async ? DVAR_OK : stage(j, PHASE_CHECK));
+		if (rc == DVAR_OK)
+			start_writing(j);
+		if (rc == DVAR_OK && !marks && !j->late_verdict)
+			rc = agree_on_replicas(j, stage(j, PHASE_CHECK));
 	}
 	if (rc != DVAR_OK) {
 		/* The chief's open may have created the staging directory another
