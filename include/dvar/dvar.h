@@ -7,6 +7,7 @@
 #include "common.h"
 #include "core.h"
 #include "format.h"
+#include "input.h"
 #include "runtime.h"
 #include "sharding.h"
 #include "store.h"
