@@ -23,6 +23,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +32,7 @@
 
 #include "core/core.h"
 #include "dvar/input.h"
+#include "runtime/input_state.h"
 #include "runtime/runtime.h"
 
 /* ---------------------------------------------------------------- datasets */
@@ -228,54 +230,120 @@ typedef struct {
 	int64_t start, len;
 } segment;
 
+/* Where an iterator is in its stream: what a step changes. */
+typedef struct {
+	int64_t step;          /* legacy / REPLICATE: input batch; FN: next batch; all: steps made */
+	int64_t pos;           /* V2: stream position */
+	int64_t out_no;        /* V2: outputs made */
+	int v2_ended;
+} progress;
+
+/* One step's batches, prepared by next() or by the prefetch thread. */
+typedef struct {
+	int64_t **idx;         /* per local replica: cap indices */
+	unsigned char **buf;   /* per local replica: cap rows (file sources) */
+	dvar_replica_batch *b; /* R */
+	int *has;              /* R */
+	int rc;                /* the step's status; its message below */
+	char *message;
+	progress after;        /* the position once this step is consumed */
+} slot;
+
 struct dvar_input_iterator {
 	dvar_strategy *s;
 	dvar_dataset *ds;
 	int owns_ds;
+	char *name;
 	int W, worker, R, N;
 	plan_kind kind;
 	int64_t batch;         /* G (legacy, V2), per-replica (REPLICATE, FN) */
+	int64_t opt_batch;     /* the options' batch_size */
+	int mode, policy;      /* the options' */
 	int drop_remainder;
 	/* the worker's stream */
 	segment *segs;
 	size_t n_segs;
 	int64_t stream_len;    /* after dropping a short last batch */
-	/* progress */
-	int64_t step;          /* legacy / REPLICATE: input batch; FN: next batch */
-	int64_t pos;           /* V2: stream position */
-	int64_t out_no;        /* V2: outputs made */
-	int v2_ended;
 	int64_t *sizes;        /* V2: W*R */
-	int finished;
-	/* per local replica */
 	int64_t cap;           /* max rows per replica batch */
-	int64_t **idx;
-	unsigned char **buf;   /* file sources */
 	int *fds;              /* file sources: one per file, -1 until opened */
+	/* the caller's side (the coordinator thread) */
+	progress cons;         /* consumed: what a checkpoint records */
+	int64_t steps;         /* steps returned with a value */
+	int64_t rows;          /* rows handed to this worker's replicas */
+	int finished;
+	int err;               /* a failed step: every later call fails alike */
+	char *err_message;
+	/* the producer's side: next() itself, or the prefetch thread */
+	progress prod;
+	int ahead;             /* steps prepared ahead; 0: no thread */
+	int nslots;            /* ahead + 1 */
+	slot *slots;
+	pthread_t thread;
+	int running;           /* the thread exists */
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int sync_init;
+	int stop;              /* under mu: the thread is to exit */
+	int64_t produced, consumed; /* under mu: steps */
 };
+
+static void stop_prefetch(dvar_input_iterator *it)
+{
+	if (!it->running)
+		return;
+	pthread_mutex_lock(&it->mu);
+	it->stop = 1;
+	pthread_cond_broadcast(&it->cv);
+	pthread_mutex_unlock(&it->mu);
+	pthread_join(it->thread, NULL);
+	it->running = 0;
+	it->stop = 0;
+	it->produced = it->consumed = 0;
+}
 
 void dvar_input_iterator_free(dvar_input_iterator *it)
 {
 	if (!it)
 		return;
-	if (it->idx)
-		for (int r = 0; r < it->R; r++)
-			free(it->idx[r]);
-	if (it->buf)
-		for (int r = 0; r < it->R; r++)
-			free(it->buf[r]);
+	stop_prefetch(it);
+	for (int k = 0; it->slots && k < it->nslots; k++) {
+		slot *sl = &it->slots[k];
+
+		for (int r = 0; r < it->R; r++) {
+			if (sl->idx)
+				free(sl->idx[r]);
+			if (sl->buf)
+				free(sl->buf[r]);
+		}
+		free(sl->idx);
+		free(sl->buf);
+		free(sl->b);
+		free(sl->has);
+		free(sl->message);
+	}
+	free(it->slots);
+	if (it->sync_init) {
+		pthread_mutex_destroy(&it->mu);
+		pthread_cond_destroy(&it->cv);
+	}
 	if (it->fds && it->ds)
 		for (size_t f = 0; f < it->ds->n_files; f++)
 			if (it->fds[f] >= 0)
 				close(it->fds[f]);
 	free(it->fds);
-	free(it->idx);
-	free(it->buf);
 	free(it->sizes);
 	free(it->segs);
+	free(it->name);
+	free(it->err_message);
 	if (it->owns_ds)
 		dvar_dataset_free(it->ds);
 	free(it);
+}
+
+const char *dvar_input_iterator_name(const dvar_input_iterator *it)
+{
+	return it ? it->name : NULL;
 }
 
 static const char file_shard_error[] =
@@ -304,6 +372,12 @@ static int check_options(const dvar_input_options *o, int from_fn)
 	if (o->mode != DVAR_INPUT_SPLIT && o->mode != DVAR_INPUT_REPLICATE)
 		return dvar_error_set(DVAR_EINVAL, "input options: mode %d is not SPLIT (0) or "
 		                      "REPLICATE (1)", o->mode);
+	if (o->prefetch < DVAR_INPUT_PREFETCH_OFF)
+		return dvar_error_set(DVAR_EINVAL, "input options: prefetch %" PRId64 " is not 0 (the "
+		                      "default), a number of batches or DVAR_INPUT_PREFETCH_OFF (-1)",
+		                      o->prefetch);
+	if (o->name && (o->name[0] == '\0' || strnlen(o->name, 1025) > 1024))
+		return dvar_error_set(DVAR_EINVAL, "input options: a name needs 1 to 1024 bytes");
 	if (o->mode == DVAR_INPUT_REPLICATE && from_fn)
 		return dvar_error_set(DVAR_EINVAL, "input options: distribute_datasets_from_function "
 		                      "needs mode SPLIT");
@@ -330,20 +404,41 @@ static int alloc_iter(dvar_input_iterator **out, dvar_strategy *s)
 	return DVAR_OK;
 }
 
-/* Per-replica buffers, the stream's length after drop_remainder, V2 sizes. */
-static int finish_iter(dvar_input_iterator *it)
+/* A step's buffers: R batches, indices, and rows for file sources. */
+static int alloc_slot(dvar_input_iterator *it, slot *sl)
 {
 	dvar_dataset *ds = it->ds;
+
+	sl->idx = calloc((size_t)it->R, sizeof *sl->idx);
+	sl->buf = calloc((size_t)it->R, sizeof *sl->buf);
+	sl->b = calloc((size_t)it->R, sizeof *sl->b);
+	sl->has = calloc((size_t)it->R, sizeof *sl->has);
+	if (!sl->idx || !sl->buf || !sl->b || !sl->has)
+		return dvar_error_set(DVAR_ENOMEM, "input iterator: out of memory");
+	for (int r = 0; r < it->R; r++) {
+		sl->idx[r] = malloc((size_t)it->cap * sizeof(int64_t));
+		if (!sl->idx[r])
+			return dvar_error_set(DVAR_ENOMEM, "input iterator: out of memory");
+		if (ds->n_files) {
+			sl->buf[r] = malloc((size_t)it->cap * ds->row_bytes);
+			if (!sl->buf[r])
+				return dvar_error_set(DVAR_ENOMEM, "input iterator: out of memory");
+		}
+	}
+	return DVAR_OK;
+}
+
+/* Per-step buffers, the stream's length after drop_remainder, V2 sizes. */
+static int finish_iter(dvar_input_iterator *it, const dvar_input_options *o)
+{
+	dvar_dataset *ds = it->ds;
+	int rc;
 
 	it->stream_len = 0;
 	for (size_t i = 0; i < it->n_segs; i++)
 		it->stream_len += it->segs[i].len;
 	if (it->drop_remainder)
 		it->stream_len -= it->stream_len % it->batch;
-	it->idx = calloc((size_t)it->R, sizeof *it->idx);
-	it->buf = calloc((size_t)it->R, sizeof *it->buf);
-	if (!it->idx || !it->buf)
-		return dvar_error_set(DVAR_ENOMEM, "input iterator: out of memory");
 	if (it->cap > it->stream_len)
 		it->cap = it->stream_len;
 	if (it->cap < 1)
@@ -351,16 +446,34 @@ static int finish_iter(dvar_input_iterator *it)
 	if ((uint64_t)it->cap > SIZE_MAX / ds->row_bytes / 2)
 		return dvar_error_set(DVAR_EINVAL, "input iterator: batch of %" PRId64 " rows too large",
 		                      it->cap);
-	for (int r = 0; r < it->R; r++) {
-		it->idx[r] = malloc((size_t)it->cap * sizeof(int64_t));
-		if (!it->idx[r])
-			return dvar_error_set(DVAR_ENOMEM, "input iterator: out of memory");
-		if (ds->n_files) {
-			it->buf[r] = malloc((size_t)it->cap * ds->row_bytes);
-			if (!it->buf[r])
-				return dvar_error_set(DVAR_ENOMEM, "input iterator: out of memory");
+	it->opt_batch = o->batch_size;
+	it->mode = o->mode;
+	it->policy = o->auto_shard_policy;
+	if (o->name && !(it->name = strdup(o->name)))
+		return dvar_error_set(DVAR_ENOMEM, "input iterator: out of memory");
+	/* Prefetch: whole steps of R batches, at least one ahead. */
+	if (o->prefetch == DVAR_INPUT_PREFETCH_OFF)
+		it->ahead = 0;
+	else if (o->prefetch == 0)
+		it->ahead = 1;
+	else
+		it->ahead = (int)((o->prefetch + it->R - 1) / it->R < 64 ? (o->prefetch + it->R - 1) / it->R
+		                                                         : 64);
+	it->nslots = it->ahead + 1;
+	if (it->ahead) {
+		if (pthread_mutex_init(&it->mu, NULL) != 0)
+			return dvar_error_set(DVAR_ERROR, "input iterator: no mutex");
+		if (pthread_cond_init(&it->cv, NULL) != 0) {
+			pthread_mutex_destroy(&it->mu);
+			return dvar_error_set(DVAR_ERROR, "input iterator: no condition variable");
 		}
+		it->sync_init = 1;
 	}
+	if (!(it->slots = calloc((size_t)it->nslots, sizeof *it->slots)))
+		return dvar_error_set(DVAR_ENOMEM, "input iterator: out of memory");
+	for (int k = 0; k < it->nslots; k++)
+		if ((rc = alloc_slot(it, &it->slots[k])) != DVAR_OK)
+			return rc;
 	if (ds->n_files) {
 		it->fds = malloc(ds->n_files * sizeof *it->fds);
 		if (!it->fds)
@@ -435,14 +548,15 @@ static int plan_dataset(dvar_input_iterator *it, const dvar_input_options *o)
 static int distribute_common(dvar_input_iterator **out, dvar_input_iterator *it, int rc,
                              const dvar_input_options *o, const char *kind)
 {
-	char what[160];
+	char what[256];
 
 	if (rc == DVAR_OK)
-		rc = finish_iter(it);
-	/* The options are part of the step's name: workers that disagree fail. */
-	snprintf(what, sizeof what, "%s (batch %" PRId64 ", drop %d, policy %d, mode %d)", kind,
-	         o ? o->batch_size : 0, o ? o->drop_remainder != 0 : 0,
-	         o ? o->auto_shard_policy : 0, o ? o->mode : 0);
+		rc = finish_iter(it, o);
+	/* The options are part of the step's name: workers that disagree fail.
+	 * (prefetch may differ: the batches are the same.) */
+	snprintf(what, sizeof what, "%s (batch %" PRId64 ", drop %d, policy %d, mode %d, name %.48s)",
+	         kind, o ? o->batch_size : 0, o ? o->drop_remainder != 0 : 0,
+	         o ? o->auto_shard_policy : 0, o ? o->mode : 0, o && o->name ? o->name : "-");
 	if (it && it->W > 1) {
 		/* A worker that failed itself keeps its own code and message (the same
 		 * text everywhere for the deterministic errors, such as TF's); the
@@ -583,11 +697,11 @@ static int read_rows(dvar_input_iterator *it, int64_t g, int64_t n, unsigned cha
 	return DVAR_OK;
 }
 
-/* Fill local replica r's batch with stream rows [p, p+n). */
-static int fill(dvar_input_iterator *it, int r, int64_t p, int64_t n, dvar_replica_batch *b)
+/* Fill batch b with stream rows [p, p+n), into the step's buffers idx and buf. */
+static int fill(dvar_input_iterator *it, int64_t *idx, unsigned char *buf, int64_t p, int64_t n,
+                dvar_replica_batch *b)
 {
 	dvar_dataset *ds = it->ds;
-	int64_t *idx = it->idx[r];
 
 	b->rows = n;
 	b->shape.rank = ds->elem.rank + 1;
@@ -607,14 +721,14 @@ static int fill(dvar_input_iterator *it, int r, int64_t p, int64_t n, dvar_repli
 		b->data = ds->data + (size_t)idx[0] * ds->row_bytes;
 		return DVAR_OK;
 	}
-	b->data = it->buf[r];
+	b->data = buf;
 	for (int64_t i = 0; i < n;) {
 		int64_t j = i + 1;
 		int rc;
 
 		while (j < n && idx[j] == idx[j - 1] + 1)
 			j++;
-		rc = read_rows(it, idx[i], j - i, it->buf[r] + (size_t)i * ds->row_bytes);
+		rc = read_rows(it, idx[i], j - i, buf + (size_t)i * ds->row_bytes);
 		if (rc != DVAR_OK)
 			return rc;
 		i = j;
@@ -622,101 +736,185 @@ static int fill(dvar_input_iterator *it, int r, int64_t p, int64_t n, dvar_repli
 	return DVAR_OK;
 }
 
-/* This worker's outputs for one step: has[r] = 1 when replica r has a value. */
-static int local_step(dvar_input_iterator *it, dvar_replica_batch *b, int *has)
+/*
+ * Local replica r's output of the step pg is at: stream rows [*p, *p + *n);
+ * 1 when the replica has a value. Advances pg's V2 position; the caller
+ * advances pg->step once the R outputs are made. No data is touched, so a
+ * restore replays steps with it.
+ */
+static int plan_output(const dvar_input_iterator *it, progress *pg, int r, int64_t *p,
+                       int64_t *n)
 {
 	int64_t len = it->stream_len;
+
+	*p = 0;
+	*n = 0;
+	switch (it->kind) {
+	case PLAN_LEGACY: {
+		/* Input batch `step`; sub-batch i = worker + r*W of N (shard(W, w)). */
+		int64_t start = pg->step * it->batch, B, interval, i, lo, hi;
+
+		if (start >= len)
+			return 0;
+		B = len - start < it->batch ? len - start : it->batch;
+		interval = (B + it->N - 1) / it->N;
+		i = (int64_t)it->worker + (int64_t)r * it->W;
+		lo = i * interval < B ? i * interval : B;
+		hi = (i + 1) * interval < B ? (i + 1) * interval : B;
+		*p = start + lo;
+		*n = hi - lo;
+		return 1;
+	}
+	case PLAN_V2: {
+		int64_t want = it->sizes[pg->out_no % it->N], left = len - pg->pos;
+
+		pg->out_no++;
+		if (pg->v2_ended)
+			return 0;
+		if (want == 0) /* an empty batch, no input consumed */
+			return 1;
+		if (left == 0 || (it->drop_remainder && left < want)) {
+			pg->v2_ended = 1;
+			return 0;
+		}
+		*n = left < want ? left : want;
+		*p = pg->pos;
+		pg->pos += *n;
+		return 1;
+	}
+	case PLAN_REPLICATE: {
+		int64_t start = pg->step * it->batch;
+
+		if (start >= len)
+			return 0;
+		*p = start;
+		*n = len - start < it->batch ? len - start : it->batch;
+		return 1;
+	}
+	case PLAN_FN: {
+		int64_t start = (pg->step * it->R + r) * it->batch;
+
+		if (start >= len)
+			return 0;
+		*p = start;
+		*n = len - start < it->batch ? len - start : it->batch;
+		return 1;
+	}
+	}
+	return 0;
+}
+
+/* This worker's outputs for the step pg is at, into sl (no MPI: the
+ * prefetch thread runs it). */
+static int local_step(dvar_input_iterator *it, progress *pg, slot *sl)
+{
 	int rc = DVAR_OK;
 
-	for (int r = 0; r < it->R && rc == DVAR_OK; r++) {
-		int64_t p = 0, n = 0;
+	for (int r = 0; r < it->R; r++) {
+		int64_t p, n;
 
-		has[r] = 0;
-		switch (it->kind) {
-		case PLAN_LEGACY: {
-			/* Input batch `step`; sub-batch i = worker + r*W of N (shard(W, w)). */
-			int64_t start = it->step * it->batch, B, interval, i, lo, hi;
-
-			if (start >= len)
-				break;
-			B = len - start < it->batch ? len - start : it->batch;
-			interval = (B + it->N - 1) / it->N;
-			i = (int64_t)it->worker + (int64_t)r * it->W;
-			lo = i * interval < B ? i * interval : B;
-			hi = (i + 1) * interval < B ? (i + 1) * interval : B;
-			has[r] = 1;
-			p = start + lo;
-			n = hi - lo;
-			break;
-		}
-		case PLAN_V2: {
-			int64_t want = it->sizes[it->out_no % it->N], left = len - it->pos;
-
-			it->out_no++;
-			if (it->v2_ended)
-				break;
-			if (want == 0) { /* an empty batch, no input consumed */
-				has[r] = 1;
-				break;
-			}
-			if (left == 0 || (it->drop_remainder && left < want)) {
-				it->v2_ended = 1;
-				break;
-			}
-			n = left < want ? left : want;
-			p = it->pos;
-			it->pos += n;
-			has[r] = 1;
-			break;
-		}
-		case PLAN_REPLICATE: {
-			int64_t start = it->step * it->batch;
-
-			if (start >= len)
-				break;
-			p = start;
-			n = len - start < it->batch ? len - start : it->batch;
-			has[r] = 1;
-			break;
-		}
-		case PLAN_FN: {
-			int64_t start = (it->step * it->R + r) * it->batch;
-
-			if (start >= len)
-				break;
-			p = start;
-			n = len - start < it->batch ? len - start : it->batch;
-			has[r] = 1;
-			break;
-		}
-		}
-		rc = fill(it, r, p, n, &b[r]);
+		sl->has[r] = plan_output(it, pg, r, &p, &n);
+		if (rc == DVAR_OK)
+			rc = fill(it, sl->idx[r], sl->buf[r], p, n, &sl->b[r]);
 	}
-	it->step++;
+	pg->step++;
+	sl->after = *pg;
 	return rc;
 }
+
+/* ---------------------------------------------------------------- prefetch */
+
+/* Keep a step's failure with it (the error record is per thread). */
+static void keep_message(slot *sl, int rc)
+{
+	free(sl->message);
+	sl->message = rc != DVAR_OK ? strdup(dvar_error_last()->message) : NULL;
+	sl->rc = rc;
+}
+
+/* The prefetch thread: prepares steps until `ahead` wait unconsumed, stops
+ * after a failed one. Only it touches it->prod and the files meanwhile. */
+static void *prefetch_main(void *arg)
+{
+	dvar_input_iterator *it = arg;
+
+	pthread_mutex_lock(&it->mu);
+	for (;;) {
+		slot *sl;
+		int rc;
+
+		while (!it->stop && it->produced - it->consumed >= it->ahead)
+			pthread_cond_wait(&it->cv, &it->mu);
+		if (it->stop)
+			break;
+		/* Never the slot the caller holds: (consumed - 1) % nslots. */
+		sl = &it->slots[it->produced % it->nslots];
+		pthread_mutex_unlock(&it->mu);
+		rc = local_step(it, &it->prod, sl);
+		keep_message(sl, rc);
+		pthread_mutex_lock(&it->mu);
+		it->produced++;
+		pthread_cond_broadcast(&it->cv);
+		if (rc != DVAR_OK)
+			break;
+	}
+	pthread_mutex_unlock(&it->mu);
+	return NULL;
+}
+
+/* The next step's slot: from the prefetch thread, or made here. */
+static slot *take_step(dvar_input_iterator *it)
+{
+	slot *sl;
+
+	if (it->ahead && !it->running) {
+		it->produced = it->consumed = 0;
+		it->stop = 0;
+		if (pthread_create(&it->thread, NULL, prefetch_main, it) == 0)
+			it->running = 1;
+		else
+			it->ahead = 0; /* no thread to be had: prepare steps here */
+	}
+	if (!it->running) {
+		sl = &it->slots[0];
+		keep_message(sl, local_step(it, &it->prod, sl));
+		return sl;
+	}
+	pthread_mutex_lock(&it->mu);
+	while (it->produced == it->consumed)
+		pthread_cond_wait(&it->cv, &it->mu);
+	sl = &it->slots[it->consumed % it->nslots];
+	it->consumed++;
+	pthread_cond_broadcast(&it->cv);
+	pthread_mutex_unlock(&it->mu);
+	return sl;
+}
+
+/* ---------------------------------------------------------------- next */
 
 int dvar_input_iterator_next(dvar_input_iterator *it, dvar_replica_batch *batches,
                              int *has_value)
 {
-	int rc = DVAR_OK, any = 0, *has = NULL;
+	int rc = DVAR_OK, any = 0;
+	slot *sl;
 
 	if (!it || !batches || !has_value)
 		return dvar_error_set(DVAR_EINVAL, "dvar_input_iterator_next: NULL argument");
 	*has_value = 0;
 	memset(batches, 0, (size_t)it->R * sizeof *batches);
+	if (it->err)
+		return dvar_error_restore(it->err, it->err_message ? it->err_message : "");
 	if (it->finished)
 		return DVAR_OK;
-	has = calloc((size_t)it->R, sizeof *has);
-	if (!has)
-		rc = dvar_error_set(DVAR_ENOMEM, "input iterator: out of memory");
-	else
-		rc = local_step(it, batches, has);
-	for (int r = 0; has && r < it->R; r++)
-		any |= has[r];
-	free(has);
+	sl = take_step(it);
+	rc = sl->rc;
+	if (rc != DVAR_OK)
+		dvar_error_restore(rc, sl->message ? sl->message : "");
+	for (int r = 0; r < it->R; r++)
+		any |= sl->has[r];
 	if (it->W > 1) {
-		/* Every worker tells every other whether any of its replicas has a value. */
+		/* Every worker tells every other whether any of its replicas has a
+		 * value: here, on the calling thread, never on the prefetch thread. */
 		uint64_t *sb = calloc((size_t)it->W * 2, sizeof *sb), *rb = sb ? sb + it->W : NULL;
 		unsigned char *flags = malloc((size_t)it->W);
 		void *recv = NULL;
@@ -745,15 +943,170 @@ int dvar_input_iterator_next(dvar_input_iterator *it, dvar_replica_batch *batche
 		}
 	}
 	if (rc != DVAR_OK) {
-		memset(batches, 0, (size_t)it->R * sizeof *batches);
+		/* Sticky: the workers agreed on the failure, so all stop here. */
+		it->err = rc;
+		free(it->err_message);
+		it->err_message = strdup(dvar_error_last()->message);
 		return rc;
 	}
+	it->cons = sl->after;
 	if (!any) {
 		it->finished = 1;
-		memset(batches, 0, (size_t)it->R * sizeof *batches);
 		return DVAR_OK;
 	}
+	memcpy(batches, sl->b, (size_t)it->R * sizeof *batches);
+	for (int r = 0; r < it->R; r++)
+		it->rows += sl->b[r].rows;
+	it->steps++;
 	*has_value = 1;
+	return DVAR_OK;
+}
+
+/* ---------------------------------------------------------------- checkpoints */
+
+enum {
+	C_VERSION, C_WORKER, C_W, C_R, C_PLAN, C_MODE, C_POLICY, C_BATCH, C_DROP, C_DATASET,
+	C_STREAM, C_STEPS, C_FINISHED, C_STEP, C_POS, C_OUTS, C_ENDED, C_ROWS
+};
+
+void dvar_input__state_row(const dvar_input_iterator *it, int64_t *row)
+{
+	memset(row, 0, DVAR_INPUT__STATE_COLUMNS * sizeof *row);
+	row[C_VERSION] = DVAR_INPUT__STATE_VERSION;
+	row[C_WORKER] = it->worker;
+	row[C_W] = it->W;
+	row[C_R] = it->R;
+	row[C_PLAN] = it->kind;
+	row[C_MODE] = it->mode;
+	row[C_POLICY] = it->policy;
+	row[C_BATCH] = it->opt_batch;
+	row[C_DROP] = it->drop_remainder;
+	row[C_DATASET] = it->ds->rows;
+	row[C_STREAM] = it->stream_len;
+	row[C_STEPS] = it->steps;
+	row[C_FINISHED] = it->finished;
+	row[C_STEP] = it->cons.step;
+	row[C_POS] = it->cons.pos;
+	row[C_OUTS] = it->cons.out_no;
+	row[C_ENDED] = it->cons.v2_ended;
+	row[C_ROWS] = it->rows;
+}
+
+static const char *plan_name(int64_t kind)
+{
+	static const char *const names[] = { "legacy rebatch", "V2 rebatch", "replicate",
+		                             "from a function" };
+
+	return kind >= 0 && kind <= PLAN_FN ? names[kind] : "unknown";
+}
+
+/*
+ * How a position carries over to another topology: GLOBAL when a step is
+ * one global batch of the dataset in its own order (legacy, whatever W; V2
+ * over one worker, whose stream is the whole dataset), REPLICATE (a step is
+ * batch k of the whole dataset on every replica), or LOCAL when each worker
+ * reads a stream of its own (V2 over several workers, a function's
+ * datasets): those restore on the same topology only.
+ */
+enum { ORDER_GLOBAL, ORDER_REPLICATE, ORDER_LOCAL };
+
+static int order_of(int64_t kind, int64_t W)
+{
+	if (kind == PLAN_LEGACY || (kind == PLAN_V2 && W == 1))
+		return ORDER_GLOBAL;
+	return kind == PLAN_REPLICATE ? ORDER_REPLICATE : ORDER_LOCAL;
+}
+
+int dvar_input__restore_state(dvar_input_iterator *it, const int64_t *table, int64_t rows,
+                              const char *name, int apply)
+{
+	const int64_t *t0 = table, *mine;
+	int same;
+
+	/* The table itself: one row per worker, the shared columns equal. */
+	for (int64_t w = 0; w < rows; w++) {
+		const int64_t *t = table + w * DVAR_INPUT__STATE_COLUMNS;
+
+		if (t[C_VERSION] != DVAR_INPUT__STATE_VERSION)
+			return dvar_error_set(DVAR_EVERSION, "iterator '%s': saved state version %" PRId64
+			                      ", this library reads %d", name, t[C_VERSION],
+			                      DVAR_INPUT__STATE_VERSION);
+		if (t[C_WORKER] != w || t[C_W] != rows || t[C_R] != t0[C_R] ||
+		    t[C_PLAN] != t0[C_PLAN] || t[C_MODE] != t0[C_MODE] || t[C_POLICY] != t0[C_POLICY] ||
+		    t[C_BATCH] != t0[C_BATCH] || t[C_DROP] != t0[C_DROP] ||
+		    t[C_STEPS] != t0[C_STEPS] || t[C_FINISHED] != t0[C_FINISHED] || t[C_R] < 1 ||
+		    t[C_STEPS] < 0 || t[C_STEP] < 0 || t[C_POS] < 0 || t[C_OUTS] < 0)
+			return dvar_error_set(DVAR_ECORRUPT, "iterator '%s': the saved state is "
+			                      "inconsistent (row %" PRId64 ")", name, w);
+	}
+	if (t0[C_MODE] != it->mode)
+		return dvar_error_set(DVAR_EINVAL, "iterator '%s' was saved in mode %" PRId64
+		                      ", this iterator has mode %d: the saved position cannot apply",
+		                      name, t0[C_MODE], it->mode);
+	if (t0[C_BATCH] != it->opt_batch)
+		return dvar_error_set(DVAR_EINVAL, "iterator '%s' was saved with batch_size %" PRId64
+		                      ", this iterator has %" PRId64 ": the saved position cannot apply",
+		                      name, t0[C_BATCH], it->opt_batch);
+	if (t0[C_DROP] != it->drop_remainder)
+		return dvar_error_set(DVAR_EINVAL, "iterator '%s' was saved with drop_remainder %" PRId64
+		                      ", this iterator has %d: the saved position cannot apply",
+		                      name, t0[C_DROP], it->drop_remainder);
+	same = rows == it->W && t0[C_R] == it->R && t0[C_PLAN] == it->kind &&
+	       t0[C_POLICY] == it->policy;
+	mine = same ? table + (int64_t)it->worker * DVAR_INPUT__STATE_COLUMNS : NULL;
+	/* The dataset: the whole one's size, or, from a function, this worker's. */
+	if (it->kind == PLAN_FN ? same && mine[C_DATASET] != it->ds->rows
+	                        : t0[C_DATASET] != it->ds->rows)
+		return dvar_error_set(DVAR_EINVAL, "iterator '%s' was saved over a dataset of %" PRId64
+		                      " elements, this iterator's has %" PRId64
+		                      ": the saved position cannot apply",
+		                      name, (it->kind == PLAN_FN ? mine : t0)[C_DATASET], it->ds->rows);
+	if (same && (mine[C_STREAM] != it->stream_len || mine[C_POS] > it->stream_len))
+		return dvar_error_set(DVAR_ECORRUPT, "iterator '%s': the saved stream of %" PRId64
+		                      " elements does not match this worker's %" PRId64, name,
+		                      mine[C_STREAM], it->stream_len);
+	if (!same && (order_of(t0[C_PLAN], rows) != order_of(it->kind, it->W) ||
+	              order_of(it->kind, it->W) == ORDER_LOCAL))
+		return dvar_error_set(DVAR_ENOTSUPP,
+		                      "iterator '%s' was saved by %" PRId64 " worker(s) x %" PRId64
+		                      " replica(s) with the %s (policy %" PRId64 "); this iterator is "
+		                      "%d x %d with the %s (policy %d): a position carries over to "
+		                      "another topology only when both read the dataset in its own "
+		                      "order (DATA sharding, or one worker) or both replicate it",
+		                      name, rows, t0[C_R], plan_name(t0[C_PLAN]), t0[C_POLICY], it->W,
+		                      it->R, plan_name(it->kind), it->policy);
+	if (!apply)
+		return DVAR_OK;
+
+	/* Apply: the prefetched steps are discarded, the thread restarts at the next call. */
+	stop_prefetch(it);
+	it->err = 0;
+	free(it->err_message);
+	it->err_message = NULL;
+	memset(&it->cons, 0, sizeof it->cons);
+	it->steps = t0[C_STEPS];
+	it->rows = 0;
+	it->finished = 0;
+	if (same) {
+		it->cons.step = mine[C_STEP];
+		it->cons.pos = mine[C_POS];
+		it->cons.out_no = mine[C_OUTS];
+		it->cons.v2_ended = mine[C_ENDED] != 0;
+		it->rows = mine[C_ROWS];
+		it->finished = mine[C_FINISHED] != 0;
+	} else {
+		/* Replay the saved number of steps here: the same global batches. */
+		for (int64_t k = 0; k < it->steps; k++) {
+			for (int r = 0; r < it->R; r++) {
+				int64_t p, n;
+
+				plan_output(it, &it->cons, r, &p, &n);
+				it->rows += n;
+			}
+			it->cons.step++;
+		}
+	}
+	it->prod = it->cons;
 	return DVAR_OK;
 }
 

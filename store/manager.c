@@ -83,8 +83,9 @@ static int prepare(dvar_checkpoint_manager *m, const char *root, dvar_variable *
 		                      ro->read->version, DVAR_READ_OPTIONS_VERSION);
 	if (n && !vars)
 		return dvar_error_set(DVAR_EINVAL, "%zu variables but vars is NULL", n);
-	if (!n && !(so && so->num_tensors))
-		return dvar_error_set(DVAR_EINVAL, "nothing to save: no variables and no tensors");
+	if (!n && !(so && (so->num_tensors || so->num_sharded || so->num_iterators)))
+		return dvar_error_set(DVAR_EINVAL, "nothing to save: no variables, tensors, sharded "
+		                      "variables or iterators");
 	/* dvar_save checks these too, but only at the first save. */
 	for (size_t i = 0; i < n; i++) {
 		if (!vars[i])

@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "runtime/input_state.h"
 #include "runtime/runtime.h"
 #include "store/store.h"
 
@@ -36,6 +37,9 @@ typedef struct {
 	dvar_sharded_variable *sv; /* a sharded variable */
 	void *data;                /* a plain tensor's destination */
 	size_t index;              /* in the reader */
+	dvar_input_iterator *iter; /* an input iterator */
+	int64_t *table;            /* its saved table, read in round B */
+	int64_t rows;
 } target;
 
 static int check_tensor(target *t, const dvar_store_tensor *x, size_t i)
@@ -57,6 +61,7 @@ static int prepare(dvar_strategy *s, const char *path, dvar_variable *const *var
                    const dvar_restore_options *opts, target *targets)
 {
 	size_t nt = opts ? opts->num_tensors : 0, ns = opts ? opts->num_sharded : 0;
+	size_t ni = opts ? opts->num_iterators : 0;
 	int rc;
 
 	if (opts && opts->version != DVAR_RESTORE_OPTIONS_VERSION)
@@ -70,6 +75,8 @@ static int prepare(dvar_strategy *s, const char *path, dvar_variable *const *var
 		return dvar_error_set(DVAR_EINVAL, "%zu tensors but tensors is NULL", nt);
 	if (ns && !opts->sharded)
 		return dvar_error_set(DVAR_EINVAL, "%zu sharded variables but sharded is NULL", ns);
+	if (ni && !opts->iterators)
+		return dvar_error_set(DVAR_EINVAL, "%zu iterators but iterators is NULL", ni);
 	if (!targets)
 		return dvar_error_set(DVAR_ENOMEM, "out of memory");
 	for (size_t i = 0; i < n; i++) {
@@ -107,7 +114,46 @@ static int prepare(dvar_strategy *s, const char *path, dvar_variable *const *var
 		dvar_shape_num_bytes(&t->shape, t->dtype, &bytes);
 		t->nbytes = (size_t)bytes;
 	}
+	for (size_t i = 0; i < ni; i++) {
+		dvar_input_iterator *x = opts->iterators[i];
+		target *t = &targets[n + nt + ns + i];
+
+		if (!x)
+			return dvar_error_set(DVAR_EINVAL, "iterator #%zu is NULL", i);
+		if (!dvar_input_iterator_name(x))
+			return dvar_error_set(DVAR_EINVAL,
+			                      "iterator #%zu has no name (dvar_input_options.name)", i);
+		t->iter = x;
+		t->name = dvar_input_iterator_name(x);
+		t->dtype = DVAR_INT64;
+	}
 	return DVAR_OK;
+}
+
+/* Round B for an iterator: its entry, read whole (one small table), and
+ * whether it can apply; the verdict is agreed like every other check. */
+static int check_iterator(dvar_reader *r, target *t)
+{
+	dvar_var_info info;
+	const char *kind = NULL;
+	uint64_t bytes;
+
+	if (dvar_reader_var(r, t->index, &info) != DVAR_OK)
+		return dvar_error_prefix("'%s' in checkpoint '%s'", t->name, dvar_reader_path(r));
+	if (dvar_reader_var_attr(r, t->index, DVAR_STORE_ATTR_KIND, &kind) != DVAR_OK ||
+	    strcmp(kind, "iterator") != 0 || info.dtype != DVAR_INT64 || info.shape.rank != 2 ||
+	    info.shape.dims[0] < 1 || info.shape.dims[1] != DVAR_INPUT__STATE_COLUMNS)
+		return dvar_error_set(DVAR_ESHAPE,
+		                      "'%s' in checkpoint '%s' is not an input iterator's position "
+		                      "(kind \"iterator\", int64 [workers, %d])",
+		                      t->name, dvar_reader_path(r), DVAR_INPUT__STATE_COLUMNS);
+	t->rows = info.shape.dims[0];
+	bytes = (uint64_t)t->rows * DVAR_INPUT__STATE_COLUMNS * sizeof(int64_t);
+	if (!(t->table = malloc((size_t)bytes)))
+		return dvar_error_set(DVAR_ENOMEM, "out of memory");
+	if (dvar_reader_read(r, t->index, NULL, t->table, bytes) != DVAR_OK)
+		return dvar_error_prefix("restoring '%s'", t->name);
+	return dvar_input__restore_state(t->iter, t->table, t->rows, t->name, 0);
 }
 
 /* Shard k of sv's rows as a slice of the full shape; its elements in *data
@@ -192,6 +238,13 @@ static int find_all(dvar_reader *r, target *targets, size_t n)
 		if (dvar_reader_find(r, t->name, &t->index) != DVAR_OK)
 			return dvar_error_set(DVAR_ENOTFOUND, "'%s' is not in checkpoint '%s'", t->name,
 			                      dvar_reader_path(r));
+		if (t->iter) {
+			int rc = check_iterator(r, t);
+
+			if (rc != DVAR_OK)
+				return rc;
+			continue;
+		}
 		if (dvar_reader_var(r, t->index, &info) != DVAR_OK)
 			return dvar_error_prefix("'%s' in checkpoint '%s'", t->name, dvar_reader_path(r));
 		if (info.dtype == t->dtype && dvar_shape_equal(&info.shape, &t->shape)) {
@@ -250,6 +303,13 @@ static int assign_all(dvar_reader *r, target *targets, size_t n)
 				return rc;
 			continue;
 		}
+		if (t->iter) {
+			/* Checked in round B: cannot fail now. */
+			if ((rc = dvar_input__restore_state(t->iter, t->table, t->rows, t->name, 1)) !=
+			    DVAR_OK)
+				return rc;
+			continue;
+		}
 		if (t->nbytes == 0) {
 			if (t->v && (rc = dvar_variable__restore(t->v, empty)) != DVAR_OK)
 				return dvar_error_prefix("restoring '%s'", t->name);
@@ -276,7 +336,7 @@ static int restore(dvar_strategy *s, const char *path, dvar_variable *const *var
 	int W = dvar_strategy_num_workers(s);
 	int chief = dvar_strategy_worker_id(s) == 0;
 	int ok = opts && opts->version == DVAR_RESTORE_OPTIONS_VERSION;
-	size_t nt = ok ? opts->num_tensors + opts->num_sharded : 0;
+	size_t nt = ok ? opts->num_tensors + opts->num_sharded + opts->num_iterators : 0;
 	target *targets = calloc(n + nt ? n + nt : 1, sizeof *targets);
 	size_t *offs = malloc(((size_t)W + 1) * sizeof *offs);
 	const dvar_read_options *ropts = opts && opts->version == DVAR_RESTORE_OPTIONS_VERSION
@@ -315,6 +375,8 @@ static int restore(dvar_strategy *s, const char *path, dvar_variable *const *var
 	if (rc == DVAR_OK)
 		rc = dvar_store__agree(s, assign_all(r, targets, n + nt), NULL, 0, NULL, NULL);
 done:
+	for (size_t i = 0; targets && i < n + nt; i++)
+		free(targets[i].table);
 	dvar_reader_free(r);
 	free(paths);
 	free(copy);

@@ -35,6 +35,7 @@
 #include <unistd.h>
 
 #include "core/core.h"
+#include "runtime/input_state.h"
 #include "runtime/runtime.h"
 #include "store/store.h"
 
@@ -46,9 +47,10 @@
 #define CHECK_CHUNK ((size_t)1 << 20)
 #define COPY_BLOCK ((size_t)128 << 10)
 
-enum { KIND_MIRRORED, KIND_SYNC_ON_READ, KIND_PLAIN, KIND_SHARDED };
+enum { KIND_MIRRORED, KIND_SYNC_ON_READ, KIND_PLAIN, KIND_SHARDED, KIND_ITERATOR };
 
-static const char *const kind_names[] = { "mirrored", "sync_on_read", "plain", "sharded" };
+static const char *const kind_names[] = { "mirrored", "sync_on_read", "plain", "sharded",
+	                                   "iterator" };
 
 /* One thing to save: a distributed variable, a plain tensor, or one shard
  * of a sharded variable (the shards of one variable share its name). */
@@ -70,6 +72,8 @@ typedef struct {
 	int mismatch;         /* its replicas differ and it is saved anyway */
 	const void *data;     /* what the writer adds, once staged */
 	unsigned char *owned; /* a staged copy or aggregate in the job's arena, or NULL */
+	dvar_input_iterator *iter; /* KIND_ITERATOR: its table, gathered from every worker */
+	int64_t *table;
 } item;
 
 /* Keep a message across later calls that overwrite the error record. */
@@ -221,6 +225,28 @@ static int add_tensor(save_job *j, item *it, const dvar_store_tensor *t, size_t 
 	return copy_name(it, t->name);
 }
 
+/* An iterator: a [W, columns] int64 table, filled by gather_iterators(). */
+static int add_iterator(save_job *j, item *it, dvar_input_iterator *x, size_t i)
+{
+	int64_t dims[2] = { j->W, DVAR_INPUT__STATE_COLUMNS };
+
+	if (!x)
+		return dvar_error_set(DVAR_EINVAL, "iterator #%zu is NULL", i);
+	if (!dvar_input_iterator_name(x))
+		return dvar_error_set(DVAR_EINVAL, "iterator #%zu has no name (dvar_input_options.name)",
+		                      i);
+	it->kind = KIND_ITERATOR;
+	it->dtype = DVAR_INT64;
+	it->iter = x;
+	if (dvar_shape_init(&it->shape, 2, dims) != DVAR_OK)
+		return dvar_error_prefix("iterator '%s'", dvar_input_iterator_name(x));
+	it->nbytes = (size_t)j->W * DVAR_INPUT__STATE_COLUMNS * sizeof(int64_t);
+	if (!(it->table = malloc(it->nbytes)))
+		return dvar_error_set(DVAR_ENOMEM, "out of memory");
+	it->src = it->table;
+	return copy_name(it, dvar_input_iterator_name(x));
+}
+
 /* One item per shard; each is written by the worker that holds it. */
 static int add_sharded(save_job *j, item *items, dvar_sharded_variable *sv, size_t i)
 {
@@ -273,6 +299,7 @@ static int prepare(save_job *j, const char *root, dvar_variable *const *vars, si
                    const dvar_save_options *opts)
 {
 	size_t nt = opts ? opts->num_tensors : 0, ns = opts ? opts->num_sharded : 0, total;
+	size_t ni = opts ? opts->num_iterators : 0;
 	const unsigned int known = DVAR_SAVE_ALLOW_REPLICA_MISMATCH | DVAR_SAVE_SKIP_REPLICA_CHECK |
 	                           DVAR_SAVE_EVERY_WORKER;
 	int rc;
@@ -292,6 +319,8 @@ static int prepare(save_job *j, const char *root, dvar_variable *const *vars, si
 		return dvar_error_set(DVAR_EINVAL, "%zu tensors but tensors is NULL", nt);
 	if (ns && !opts->sharded)
 		return dvar_error_set(DVAR_EINVAL, "%zu sharded variables but sharded is NULL", ns);
+	if (ni && !opts->iterators)
+		return dvar_error_set(DVAR_EINVAL, "%zu iterators but iterators is NULL", ni);
 	if (!(j->root = strdup(root)))
 		return dvar_error_set(DVAR_ENOMEM, "out of memory");
 	if (opts) {
@@ -305,7 +334,7 @@ static int prepare(save_job *j, const char *root, dvar_variable *const *vars, si
 		j->wopts.progress = NULL;
 		j->wopts.progress_userdata = NULL;
 	}
-	total = n + nt;
+	total = n + nt + ni;
 	for (size_t i = 0; i < ns; i++)
 		total += opts->sharded[i] ? (size_t)dvar_sharded_variable_num_shards(opts->sharded[i])
 		                          : 0;
@@ -322,6 +351,9 @@ static int prepare(save_job *j, const char *root, dvar_variable *const *vars, si
 			return rc;
 		j->n += (size_t)dvar_sharded_variable_num_shards(opts->sharded[i]);
 	}
+	for (size_t i = 0; i < ni; i++)
+		if ((rc = add_iterator(j, &j->items[j->n++], opts->iterators[i], i)) != DVAR_OK)
+			return rc;
 	if ((rc = check_unique(j->items, j->n)) != DVAR_OK)
 		return rc;
 	return dvar_strategy_check_saveable(j->s);
@@ -475,6 +507,47 @@ static int check_saveable_kinds(const save_job *j)
 	return DVAR_OK;
 }
 
+/*
+ * After round 1, when the agreed list has iterators (the same decision on
+ * every worker): every worker's row of each, to every worker, so that the
+ * writer (the chief, or each worker for DVAR_SAVE_EVERY_WORKER) holds the
+ * whole table. The rows are the positions the callers have consumed.
+ */
+static int gather_iterators(save_job *j)
+{
+	const size_t row = DVAR_INPUT__STATE_COLUMNS * sizeof(int64_t);
+	size_t ni = 0, k = 0, *offs = malloc(((size_t)j->W + 1) * sizeof *offs);
+	unsigned char *mine, *all = NULL;
+	int rc = DVAR_OK;
+
+	for (size_t i = 0; i < j->n; i++)
+		ni += j->items[i].kind == KIND_ITERATOR;
+	if (!ni) {
+		free(offs);
+		return DVAR_OK;
+	}
+	mine = malloc(ni * row);
+	if (!mine || !offs)
+		rc = dvar_error_set(DVAR_ENOMEM, "out of memory");
+	for (size_t i = 0; i < j->n && rc == DVAR_OK; i++)
+		if (j->items[i].kind == KIND_ITERATOR)
+			dvar_input__state_row(j->items[i].iter, (int64_t *)(void *)(mine + row * k++));
+	rc = dvar_store__agree(j->s, rc, mine, rc == DVAR_OK ? ni * row : 0, offs ? &all : NULL,
+	                       offs);
+	for (size_t i = 0, q = 0; i < j->n && rc == DVAR_OK; i++) {
+		if (j->items[i].kind != KIND_ITERATOR)
+			continue;
+		for (int w = 0; w < j->W; w++)
+			memcpy((unsigned char *)j->items[i].table + row * (size_t)w,
+			       all + offs[w] + row * q, row);
+		q++;
+	}
+	free(mine);
+	free(all);
+	free(offs);
+	return rc;
+}
+
 /* ---------------------------------------------------------------- the plan */
 
 typedef struct {
@@ -493,7 +566,7 @@ static int plan_cmp(const void *a, const void *b)
 /* Values only worker 0 holds (replica 0's, the chief's plain data). */
 static int pinned_to_chief(const item *it)
 {
-	return it->kind == KIND_PLAIN ||
+	return it->kind == KIND_PLAIN || it->kind == KIND_ITERATOR ||
 	       (it->kind == KIND_SYNC_ON_READ && it->agg == DVAR_AGG_ONLY_FIRST_REPLICA);
 }
 
@@ -701,13 +774,15 @@ static void point_at_data(save_job *j)
 			it->data = empty;
 		else if (it->owned)
 			it->data = it->owned;
-		else if (it->kind == KIND_PLAIN || it->kind == KIND_SHARDED)
+		else if (it->kind == KIND_PLAIN || it->kind == KIND_SHARDED ||
+		         it->kind == KIND_ITERATOR)
 			it->data = it->src;
 		else
 			/* Mirrored: the primary (TF's read_var). ONLY_FIRST_REPLICA:
 			 * replica 0's value, this worker's primary. */
 			it->data = dvar_variable__component(it->v, 0);
-		if ((it->kind == KIND_PLAIN || it->kind == KIND_SHARDED) && it->owned)
+		if ((it->kind == KIND_PLAIN || it->kind == KIND_SHARDED ||
+		     it->kind == KIND_ITERATOR) && it->owned)
 			memcpy(it->owned, it->src, it->nbytes);
 	}
 }
@@ -835,6 +910,9 @@ static int add_item(dvar_writer *w, const item *it)
 	if (rc == DVAR_OK && it->v)
 		rc = dvar_writer_set_attr(w, it->name, DVAR_STORE_ATTR_AGGREGATION,
 		                          dvar_store__agg_name(it->agg));
+	if (rc == DVAR_OK && it->kind == KIND_ITERATOR)
+		rc = dvar_writer_set_attr(w, it->name, DVAR_STORE_ATTR_ITERATOR_COLUMNS,
+		                          DVAR_INPUT__STATE_NAMES);
 	if (rc == DVAR_OK && it->mismatch)
 		rc = dvar_writer_set_attr(w, it->name, DVAR_STORE_ATTR_REPLICA_CHECK, "mismatch");
 	return rc;
@@ -868,8 +946,10 @@ static void job_free(save_job *j)
 	if (!j)
 		return;
 	dvar_writer_free(j->w);
-	for (size_t i = 0; i < j->n; i++)
+	for (size_t i = 0; i < j->n; i++) {
 		free(j->items[i].name);
+		free(j->items[i].table);
+	}
 	free(j->arena);
 	free(j->items);
 	free(j->sums);
@@ -983,6 +1063,8 @@ static int begin(save_job *j, const char *root, dvar_variable *const *vars, size
 		rc = make_plan(j);
 	if (rc != DVAR_OK)
 		return rc; /* the same verdict everywhere; nothing was created */
+	if ((rc = gather_iterators(j)) != DVAR_OK)
+		return rc; /* agreed */
 
 	/* Round 2: aggregates (and, asynchronous, copies and checksums). */
 	keep(&j->stage_error, allocate_staging(j));

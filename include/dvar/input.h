@@ -100,7 +100,24 @@ typedef struct {
 	int drop_remainder;   /**< drop a last batch shorter than batch_size */
 	int auto_shard_policy; /**< dvar_auto_shard_policy; default AUTO */
 	int mode;             /**< dvar_input_mode; default SPLIT */
+	/**
+	 * Per-replica batches prepared ahead on a background thread (reading
+	 * records, assembling rows) while the caller uses the current step:
+	 * 0 = the default, R (one step ahead); n > 0: ceil(n / R) steps ahead;
+	 * DVAR_INPUT_PREFETCH_OFF: none, next() prepares each step itself. The
+	 * batches are the same either way; the thread never calls MPI.
+	 */
+	int64_t prefetch;
+	/**
+	 * The iterator's checkpoint name (dvar_save_options.iterators), 1..1024
+	 * bytes, copied; NULL when it is not saved. Part of the creation
+	 * agreement: every worker passes the same name.
+	 */
+	const char *name;
 } dvar_input_options;
+
+/** dvar_input_options.prefetch: no background thread. */
+#define DVAR_INPUT_PREFETCH_OFF (-1)
 
 #define DVAR_INPUT_OPTIONS_VERSION 1
 #define DVAR_INPUT_OPTIONS_INIT { .version = DVAR_INPUT_OPTIONS_VERSION }
@@ -181,6 +198,13 @@ DVAR_EXTERN(int) dvar_input_iterator_next(dvar_input_iterator *it, dvar_replica_
 DVAR_EXTERN(int) dvar_input_iterator_element(const dvar_input_iterator *it, int *dtype,
                                              dvar_shape *element_shape);
 
+/** The name given in the options (NULL when none). */
+DVAR_EXTERN(const char *) dvar_input_iterator_name(const dvar_input_iterator *it);
+
+/**
+ * Stops the prefetch thread (joined), then releases everything. Not
+ * collective.
+ */
 DVAR_EXTERN(void) dvar_input_iterator_free(dvar_input_iterator *it);
 
 /**

@@ -25,6 +25,7 @@
 #include "common.h"
 #include "core.h"
 #include "format.h"
+#include "input.h"
 #include "runtime.h"
 #include "sharding.h"
 
@@ -37,6 +38,10 @@ DVAR_BEGIN_DECL
 /** Set to "mismatch" when mirrored replicas differed and the primary was
  *  saved anyway (DVAR_SAVE_ALLOW_REPLICA_MISMATCH); absent otherwise. */
 #define DVAR_STORE_ATTR_REPLICA_CHECK "replica_check"
+/** On an input iterator's entry (kind "iterator"): the names of its int64
+ *  table's columns, comma-separated (docs/INPUT.md, "Iterators in
+ *  checkpoints"). */
+#define DVAR_STORE_ATTR_ITERATOR_COLUMNS "columns"
 
 /**
  * A plain (non-distributed) named tensor saved next to the variables, such
@@ -65,6 +70,13 @@ typedef struct {
 	 *  a one-shard variable as a plain entry. May be NULL. */
 	dvar_sharded_variable *const *sharded;
 	size_t num_sharded;
+	/** Input iterators whose position to save too, each under its name
+	 *  (dvar_input_options.name): an int64 table of one row per worker,
+	 *  gathered from every worker and written by the chief (kind
+	 *  "iterator"). The position is what the caller has consumed, not
+	 *  what was prefetched. May be NULL. */
+	dvar_input_iterator *const *iterators;
+	size_t num_iterators;
 } dvar_save_options;
 
 /**
@@ -159,6 +171,12 @@ typedef struct {
 	 *  entry). May be NULL. */
 	dvar_sharded_variable *const *sharded;
 	size_t num_sharded;
+	/** Input iterators to put back where the checkpoint's were, by name:
+	 *  exactly on the same topology, at the same number of global-batch
+	 *  steps on another one (docs/INPUT.md); checked with everything else
+	 *  before anything changes. May be NULL. */
+	dvar_input_iterator *const *iterators;
+	size_t num_iterators;
 } dvar_restore_options;
 
 #define DVAR_RESTORE_OPTIONS_VERSION 1
