@@ -1,0 +1,1328 @@
+/*
+ * bench_reshard.c - offline resharding with the dvar command, next to the
+ * same machine's raw copy of the same bytes, measured in the same run.
+ *
+ * The input is one float32 variable (an embedding table, 2 GiB by default)
+ * saved as 8 div-layout shards, fsync'ed. Each repeat runs, as child
+ * processes of this program, `dvar reshard IN OUT --shards 3`, `dvar export
+ * IN OUT --single-shard` and the same export to safetensors, timing each
+ * from fork to wait4 and taking the child's CPU time and peak RSS from
+ * wait4's rusage (forked by a small launcher, so that the peak is the
+ * command's own: see run_dvar); it copies the input's data files into a
+ * new file with raw I/O in the dvar writer's style (buffered reads; 4 MiB
+ * O_DIRECT writes, or buffered ones for safetensors; fsync); and it
+ * restores each of the 3 target shards from the 8-shard checkpoint with
+ * dvar_reader_read, counting the bytes read (dvar_reader_bytes_read)
+ * against the bytes needed. The page cache is emptied before every case,
+ * so every case reads the disk. Each output is checked once and deleted as
+ * soon as it is measured; the scratch folder goes at the end, also on
+ * Ctrl-C. See bench/README.md.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dvar/dvar.h"
+
+#define MIB (1024ull * 1024ull)
+#define GIB(bytes) ((double)(bytes) / (1024.0 * MIB))
+#define IO_BLOCK (4 * MIB)
+#define PIECE_BYTES (8 * MIB) /* rows generated (and compared) at a time */
+#define MAX_REPEAT 99
+#define MAX_SHARDS 64
+#define SAMPLE_ROWS 16 /* pseudo-random rows compared per output, besides the edges */
+#define PROGRAM "dvar_bench_reshard"
+#define VAR_NAME "model/embedding/weights"
+#define SEED 0x5eed5eed12345678ull
+
+/* What is timed. */
+enum {
+	T_RAW_DIRECT,  /* buffered read, O_DIRECT write + fsync: dvar's writer */
+	T_RAW_BUF,     /* buffered read, buffered write + fsync: the safetensors export */
+	T_RESHARD,     /* dvar reshard IN OUT --shards M */
+	T_EXPORT,      /* dvar export IN OUT --single-shard */
+	T_EXPORT_ST,   /* dvar export IN OUT.safetensors --single-shard --format safetensors */
+	T_COUNT
+};
+
+/* The cases a repeat runs, in an order that moves on by one every repeat. */
+enum { K_RAW_DIRECT, K_RAW_BUF, K_RESHARD, K_EXPORT, K_EXPORT_ST, K_SHARD_READS, K_COUNT };
+
+typedef struct {
+	double wall[MAX_REPEAT]; /* seconds */
+	double cpu[MAX_REPEAT];  /* user + system seconds of the child (raw: of this process) */
+	double rss[MAX_REPEAT];  /* peak RSS of the child, bytes (0: not a child) */
+	int n;
+} series;
+
+/* Restoring target shard k of out_shards from the input. */
+typedef struct {
+	double wall[MAX_REPEAT];
+	int n;
+	uint64_t needed, read; /* bytes; read is the largest over the repeats */
+} shard_series;
+
+static struct {
+	uint64_t total_mib, rows, cols, row_bytes, bytes;
+	int in_shards, out_shards, repeat, progress;
+	dvar_compress compress;
+	const char *dir;
+	char dvar[PATH_MAX];
+	char scratch[PATH_MAX];
+	char in_dir[PATH_MAX + 16];
+	char out_path[PATH_MAX + 32];
+	char err_path[PATH_MAX + 16];
+	int64_t in_off[MAX_SHARDS + 1], out_off[MAX_SHARDS + 1];
+	int64_t n_out; /* target shards: min(out_shards, rows) */
+	char **data_files;
+	int n_data_files;
+	uint64_t data_bytes; /* sum of the input's data file sizes */
+	int drop_ok;         /* /proc/sys/vm/drop_caches works */
+	int direct_ok;       /* the raw copy could use O_DIRECT */
+	double load_start, make_secs;
+	double load[MAX_REPEAT]; /* 1-minute load average at the end of each repeat */
+	uint64_t baseline_rss; /* peak RSS of `dvar version` */
+	series t[T_COUNT];
+	shard_series sh[MAX_SHARDS];
+	unsigned char *piece; /* PIECE_BYTES, for generating and comparing rows */
+} g;
+
+/* ------------------------------------------------------------------ cleanup */
+
+static int remove_entry(const char *path, const struct stat *st, int type, struct FTW *ftw)
+{
+	remove(path);
+	return 0;
+}
+
+static void remove_tree(const char *path)
+{
+	nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* On Ctrl-C (or SIGTERM, SIGHUP): stop the running dvar child, then remove
+ * the scratch folder with async-signal-safe calls only (fork, execve). */
+static char *rm_argv[5];
+static volatile sig_atomic_t rm_armed;
+static volatile pid_t child_pid;
+
+static void on_signal(int sig)
+{
+	if (child_pid > 0) {
+		kill(child_pid, SIGKILL);
+		waitpid(child_pid, NULL, 0);
+	}
+	if (rm_armed) {
+		pid_t p = fork();
+
+		if (p == 0) {
+			char *envp[] = { NULL };
+			execve("/bin/rm", rm_argv, envp);
+			_exit(127);
+		}
+		if (p > 0)
+			waitpid(p, NULL, 0);
+	}
+	signal(sig, SIG_DFL);
+	raise(sig);
+}
+
+static void arm_cleanup(void)
+{
+	static char rm[] = "rm", rf[] = "-rf", dd[] = "--";
+
+	rm_argv[0] = rm;
+	rm_argv[1] = rf;
+	rm_argv[2] = dd;
+	rm_argv[3] = g.scratch;
+	rm_argv[4] = NULL;
+	rm_armed = 1;
+	signal(SIGINT, on_signal);
+	signal(SIGTERM, on_signal);
+	signal(SIGHUP, on_signal);
+}
+
+static void fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+
+static void fatal(const char *fmt, ...)
+{
+	va_list ap;
+
+	fprintf(stderr, "%s: ", PROGRAM);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "\n");
+	if (rm_armed) {
+		rm_armed = 0;
+		remove_tree(g.scratch);
+	}
+	exit(1);
+}
+
+static void check(int rc, const char *what)
+{
+	if (rc != DVAR_OK)
+		fatal("%s: %s (%s)", what, dvar_error_last()->message, dvar_strerror(rc));
+}
+
+/* ------------------------------------------------------------------ timing */
+
+static double now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static double cpu_of(const struct rusage *ru)
+{
+	return (double)(ru->ru_utime.tv_sec + ru->ru_stime.tv_sec) +
+	       (double)(ru->ru_utime.tv_usec + ru->ru_stime.tv_usec) * 1e-6;
+}
+
+static double cpu_self(void)
+{
+	struct rusage ru;
+
+	getrusage(RUSAGE_SELF, &ru);
+	return cpu_of(&ru);
+}
+
+static double load_average(void)
+{
+	FILE *f = fopen("/proc/loadavg", "r");
+	double l1 = -1;
+
+	if (f) {
+		if (fscanf(f, "%lf", &l1) != 1)
+			l1 = -1;
+		fclose(f);
+	}
+	return l1;
+}
+
+static void record(int which, double wall, double cpu, uint64_t rss)
+{
+	series *s = &g.t[which];
+
+	s->wall[s->n] = wall;
+	s->cpu[s->n] = cpu;
+	s->rss[s->n++] = (double)rss;
+}
+
+/* ------------------------------------------------------------------ data */
+
+static uint64_t mix(uint64_t z)
+{
+	z += 0x9e3779b97f4a7c15ull;
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+/*
+ * Rows [row0, row0 + nrows) of the table, element i a function of i alone:
+ * roughly N(0, 0.02^2) (the sum of four 16-bit uniforms, scaled) as an
+ * initializer leaves embeddings, every mantissa bit busy, never zero. Any
+ * row can be produced again to check what a command wrote.
+ */
+static void fill_rows(float *dst, uint64_t row0, uint64_t nrows)
+{
+	const double scale = 0.02 * 1.7320508075688772 / 65536.0;
+	uint64_t first = row0 * g.cols, n = nrows * g.cols;
+
+	for (uint64_t i = 0; i < n; i++) {
+		uint64_t r = mix(SEED + first + i);
+		int64_t sum = (int64_t)(r & 0xffff) + (int64_t)(r >> 16 & 0xffff) +
+		              (int64_t)(r >> 32 & 0xffff) + (int64_t)(r >> 48) - 131070;
+
+		dst[i] = (float)((double)(sum ? sum : 1) * scale);
+	}
+}
+
+/* Anonymous, huge-page-advised and touched now, so no timed section faults. */
+static void *alloc_prefaulted(uint64_t bytes)
+{
+	void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	if (p == MAP_FAILED)
+		fatal("cannot map %llu bytes: %s", (unsigned long long)bytes, strerror(errno));
+	madvise(p, bytes, MADV_HUGEPAGE);
+	memset(p, 0, bytes);
+	return p;
+}
+
+/* Rows per generated piece: whole rows, at most PIECE_BYTES (at least one row). */
+static uint64_t piece_rows(void)
+{
+	uint64_t n = PIECE_BYTES / g.row_bytes;
+
+	return n ? n : 1;
+}
+
+/* 1 when the nrows rows at buf are rows [row0, row0 + nrows) of the table. */
+static int rows_match(const unsigned char *buf, uint64_t row0, uint64_t nrows)
+{
+	uint64_t step = piece_rows();
+
+	for (uint64_t done = 0; done < nrows; done += step) {
+		uint64_t n = nrows - done < step ? nrows - done : step;
+
+		fill_rows((float *)g.piece, row0 + done, n);
+		if (memcmp(buf + done * g.row_bytes, g.piece, n * g.row_bytes) != 0)
+			return 0;
+	}
+	return 1;
+}
+
+static void shard_slice(const dvar_shape *shape, const int64_t *off, int64_t k, dvar_slice *out)
+{
+	dvar_slice_full(out, shape);
+	out->start[0] = off[k];
+	out->length[0] = off[k + 1] - off[k];
+}
+
+static void var_shape(dvar_shape *shape)
+{
+	int64_t dims[2] = { (int64_t)g.rows, (int64_t)g.cols };
+
+	check(dvar_shape_init(shape, 2, dims), "dvar_shape_init");
+}
+
+/*
+ * The input: the variable as in_shards div shards, each streamed through the
+ * writer in generated pieces, with the attributes `dvar import --shards`
+ * gives (kind=sharded, shards, layout=div); committed, so fsync'ed.
+ */
+static void make_input(void)
+{
+	dvar_write_options wo = DVAR_WRITE_OPTIONS_INIT;
+	dvar_writer *w = NULL;
+	dvar_shape shape;
+	char count[16];
+	uint64_t step = piece_rows();
+	double t0 = now();
+
+	var_shape(&shape);
+	wo.compress = g.compress;
+	check(dvar_writer_open(&w, g.in_dir, &wo), "input: dvar_writer_open");
+	for (int k = 0; k < g.in_shards; k++) {
+		dvar_slice sl;
+
+		shard_slice(&shape, g.in_off, k, &sl);
+		check(dvar_writer_begin_slice(w, VAR_NAME, DVAR_FLOAT32, &shape, &sl),
+		      "input: dvar_writer_begin_slice");
+		for (int64_t r = g.in_off[k]; r < g.in_off[k + 1]; r += (int64_t)step) {
+			uint64_t n = (uint64_t)(g.in_off[k + 1] - r) < step ? (uint64_t)(g.in_off[k + 1] - r)
+			                                                     : step;
+
+			fill_rows((float *)g.piece, (uint64_t)r, n);
+			check(dvar_writer_write(w, g.piece, n * g.row_bytes), "input: dvar_writer_write");
+		}
+		check(dvar_writer_end_slice(w), "input: dvar_writer_end_slice");
+	}
+	snprintf(count, sizeof count, "%d", g.in_shards);
+	check(dvar_writer_set_attr(w, VAR_NAME, DVAR_STORE_ATTR_KIND, "sharded"), "input: attr");
+	check(dvar_writer_set_attr(w, VAR_NAME, DVAR_SHARDING_ATTR_SHARDS, count), "input: attr");
+	check(dvar_writer_set_attr(w, VAR_NAME, DVAR_SHARDING_ATTR_LAYOUT, "div"), "input: attr");
+	check(dvar_writer_commit(w), "input: dvar_writer_commit");
+	dvar_writer_free(w);
+	g.make_secs = now() - t0;
+}
+
+/* The input's data files (data-*), in name order, and their total size. */
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static void list_data_files(void)
+{
+	DIR *d = opendir(g.in_dir);
+	struct dirent *e;
+
+	if (!d)
+		fatal("cannot list %s: %s", g.in_dir, strerror(errno));
+	while ((e = readdir(d))) {
+		char path[PATH_MAX + 300];
+		struct stat st;
+		char **p;
+
+		if (strncmp(e->d_name, "data-", 5) != 0)
+			continue;
+		snprintf(path, sizeof path, "%s/%s", g.in_dir, e->d_name);
+		if (stat(path, &st) != 0)
+			fatal("stat %s: %s", path, strerror(errno));
+		if (!(p = realloc(g.data_files, (size_t)(g.n_data_files + 1) * sizeof *p)) ||
+		    !(p[g.n_data_files] = strdup(path)))
+			fatal("out of memory");
+		g.data_files = p;
+		g.n_data_files++;
+		g.data_bytes += (uint64_t)st.st_size;
+	}
+	closedir(d);
+	if (g.n_data_files == 0)
+		fatal("the input %s holds no data files", g.in_dir);
+	qsort(g.data_files, (size_t)g.n_data_files, sizeof *g.data_files, cmp_str);
+}
+
+/* ------------------------------------------------------------------ cache */
+
+/* Drop the page cache (root only); 0 when it worked. Dirty pages are flushed first. */
+static int drop_caches(void)
+{
+	int fd, ok;
+
+	sync();
+	fd = open("/proc/sys/vm/drop_caches", O_WRONLY);
+	if (fd < 0)
+		return -1;
+	ok = write(fd, "3\n", 2) == 2;
+	close(fd);
+	return ok ? 0 : -1;
+}
+
+static void fadvise_dontneed(const char *path)
+{
+	int fd = open(path, O_RDONLY);
+
+	if (fd >= 0) {
+		posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+		close(fd);
+	}
+}
+
+/*
+ * Before every case: nothing of the input in the page cache, so that every
+ * case reads it from the disk. drop_caches when allowed; the input's files
+ * are also evicted with POSIX_FADV_DONTNEED, which works for anyone.
+ */
+static void cool(void)
+{
+	DIR *d;
+	struct dirent *e;
+
+	if (g.drop_ok)
+		drop_caches();
+	else
+		sync();
+	if (!(d = opendir(g.in_dir)))
+		return;
+	while ((e = readdir(d))) {
+		char path[PATH_MAX + 300];
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof path, "%s/%s", g.in_dir, e->d_name);
+		fadvise_dontneed(path);
+	}
+	closedir(d);
+}
+
+/* After a case: its output gone, and the deletes (and the discards a
+ * `discard` mount issues at the journal commit) done before the next case. */
+static void settle(void)
+{
+	int fd = open(g.scratch, O_RDONLY | O_DIRECTORY);
+
+	if (fd >= 0) {
+		syncfs(fd);
+		close(fd);
+	}
+}
+
+/* ------------------------------------------------------------------ raw copy */
+
+static void write_all(int fd, const unsigned char *buf, uint64_t len, const char *path)
+{
+	for (uint64_t done = 0; done < len;) {
+		ssize_t w = write(fd, buf + done, len - done);
+
+		if (w <= 0)
+			fatal("write %s: %s", path, w < 0 ? strerror(errno) : "nothing written");
+		done += (uint64_t)w;
+	}
+}
+
+/*
+ * Copy the input's data files, back to back, into one new file: 4 MiB
+ * buffered reads (the reader's pread goes through the page cache too) and
+ * 4 MiB writes, O_DIRECT (as dvar's writer writes chunks) or buffered,
+ * then fsync. One thread, read then write. Returns seconds.
+ */
+static double raw_copy(const char *dst, int direct, unsigned char *buf)
+{
+	double t0 = now();
+	int out = open(dst, O_WRONLY | O_CREAT | O_TRUNC | (direct ? O_DIRECT : 0), 0644);
+	uint64_t total = 0;
+
+	if (out < 0 && direct && errno == EINVAL) {
+		g.direct_ok = 0;
+		return -1;
+	}
+	if (out < 0)
+		fatal("create %s: %s", dst, strerror(errno));
+	for (int f = 0; f < g.n_data_files; f++) {
+		int in = open(g.data_files[f], O_RDONLY);
+
+		if (in < 0)
+			fatal("open %s: %s", g.data_files[f], strerror(errno));
+		for (;;) {
+			uint64_t got = 0;
+			ssize_t r = 1;
+
+			while (got < IO_BLOCK && (r = read(in, buf + got, IO_BLOCK - got)) > 0)
+				got += (uint64_t)r;
+			if (r < 0)
+				fatal("read %s: %s", g.data_files[f], strerror(errno));
+			if (got == 0)
+				break;
+			total += got;
+			if (!direct) {
+				write_all(out, buf, got, dst);
+			} else {
+				/* O_DIRECT writes whole pages: pad the tail, cut back below */
+				uint64_t padded = (got + 4095) / 4096 * 4096;
+				ssize_t w;
+
+				memset(buf + got, 0, padded - got);
+				w = write(out, buf, padded);
+				if (w < 0 && errno == EINVAL && total == got) {
+					/* refused at write time (tmpfs) */
+					close(out);
+					close(in);
+					unlink(dst);
+					g.direct_ok = 0;
+					return -1;
+				}
+				if (w != (ssize_t)padded)
+					fatal("write %s: %s", dst, w < 0 ? strerror(errno) : "short write");
+			}
+			if (r == 0)
+				break;
+		}
+		close(in);
+	}
+	if (ftruncate(out, (off_t)total) != 0 || fsync(out) != 0)
+		fatal("fsync %s: %s", dst, strerror(errno));
+	close(out);
+	return now() - t0;
+}
+
+static void case_raw(int which, unsigned char *buf)
+{
+	int direct = which == T_RAW_DIRECT && g.direct_ok;
+	double c0, t;
+
+	snprintf(g.out_path, sizeof g.out_path, "%s/raw.bin", g.scratch);
+	cool();
+	c0 = cpu_self();
+	t = raw_copy(g.out_path, direct, buf);
+	if (t < 0) /* no O_DIRECT here: buffered, and said so in the table */
+		t = raw_copy(g.out_path, 0, buf);
+	record(which, t, cpu_self() - c0, 0);
+	unlink(g.out_path);
+}
+
+/* ------------------------------------------------------------------ dvar command */
+
+/*
+ * A child's ru_maxrss counts the image it was forked from: fork copies the
+ * parent's resident pages into the child's count, and exec keeps the peak
+ * (a `dvar version` forked from a process holding 500 MiB reports 500 MiB).
+ * So the commands are not forked from here but from a launcher: this
+ * program exec'ed afresh (a few MiB) with the hidden first argument
+ * --launch, which forks and execs the command, waits for it with wait4 and
+ * prints its exit status, wall time, CPU time and peak RSS on stdout.
+ *
+ *     dvar_bench_reshard --launch STDERR_FILE DVAR_PATH ARGV0 ARGS...
+ */
+static int launch_main(int argc, char **argv)
+{
+	struct rusage ru;
+	int status;
+	double t0;
+	pid_t pid;
+
+	if (argc < 5)
+		return 125;
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	t0 = now();
+	pid = fork();
+	if (pid < 0)
+		return 125;
+	if (pid == 0) {
+		int null = open("/dev/null", O_WRONLY);
+		int err = open(argv[2], O_WRONLY | O_CREAT | O_TRUNC, 0644);
+
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (null >= 0)
+			dup2(null, 1);
+		if (err >= 0)
+			dup2(err, 2);
+		execv(argv[3], argv + 4);
+		fprintf(stderr, "cannot run %s: %s\n", argv[3], strerror(errno));
+		_exit(127);
+	}
+	while (wait4(pid, &status, 0, &ru) < 0)
+		if (errno != EINTR)
+			return 125;
+	printf("%d %d %.9f %.6f %ld\n", WIFEXITED(status) ? 0 : 1,
+	       WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status), now() - t0,
+	       cpu_of(&ru), ru.ru_maxrss);
+	return 0;
+}
+
+/* Run `dvar args...` through the launcher, stdout to /dev/null and stderr to
+ * a file (shown when it fails): its wall time (fork to wait4, in the
+ * launcher), CPU time (user + system) and peak RSS. */
+static void run_dvar(char *const *args, double *wall, double *cpu, uint64_t *rss)
+{
+	char *argv[16] = { PROGRAM, "--launch", g.err_path, g.dvar };
+	char out[256] = "";
+	int fds[2], status, n = 4, signaled = 0, code = 0;
+	size_t got = 0;
+	long maxrss = 0;
+	ssize_t r;
+	pid_t pid;
+
+	for (int i = 0; args[i] && n < 15; i++)
+		argv[n++] = args[i];
+	argv[n] = NULL;
+	if (pipe(fds) != 0)
+		fatal("pipe: %s", strerror(errno));
+	pid = fork();
+	if (pid < 0)
+		fatal("fork: %s", strerror(errno));
+	if (pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		close(fds[0]);
+		dup2(fds[1], 1);
+		execv("/proc/self/exe", argv);
+		_exit(126);
+	}
+	child_pid = pid;
+	close(fds[1]);
+	while (got < sizeof out - 1 && ((r = read(fds[0], out + got, sizeof out - 1 - got)) > 0 ||
+	                                (r < 0 && errno == EINTR)))
+		got += r > 0 ? (size_t)r : 0;
+	out[got] = '\0';
+	close(fds[0]);
+	while (waitpid(pid, &status, 0) < 0)
+		if (errno != EINTR)
+			fatal("waitpid: %s", strerror(errno));
+	child_pid = 0;
+	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 ||
+	    sscanf(out, "%d %d %lf %lf %ld", &signaled, &code, wall, cpu, &maxrss) != 5)
+		fatal("the launcher for `dvar %s` failed (%s %d)", args[1],
+		      WIFEXITED(status) ? "exit status" : "signal",
+		      WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+	if (signaled || code != 0) {
+		char msg[2048] = "";
+		FILE *f = fopen(g.err_path, "r");
+		size_t len = f ? fread(msg, 1, sizeof msg - 1, f) : 0;
+
+		if (f)
+			fclose(f);
+		msg[len] = '\0';
+		while (len && msg[len - 1] == '\n')
+			msg[--len] = '\0';
+		fatal("`%s %s ...` failed (%s %d): %s", g.dvar, args[1],
+		      signaled ? "signal" : "exit status", code, msg);
+	}
+	*rss = (uint64_t)maxrss * 1024;
+}
+
+/* ------------------------------------------------------------------ checks */
+
+/* The rows every output is checked on: both edges of every input and output
+ * shard, the first and last row, and SAMPLE_ROWS pseudo-random ones. */
+static int check_rows_list(uint64_t *rows)
+{
+	int n = 0;
+
+	rows[n++] = 0;
+	rows[n++] = g.rows - 1;
+	for (int k = 1; k < g.in_shards; k++) {
+		rows[n++] = (uint64_t)g.in_off[k] - 1;
+		rows[n++] = (uint64_t)g.in_off[k];
+	}
+	for (int64_t k = 1; k < g.n_out; k++) {
+		rows[n++] = (uint64_t)g.out_off[k] - 1;
+		rows[n++] = (uint64_t)g.out_off[k];
+	}
+	for (int i = 0; i < SAMPLE_ROWS; i++)
+		rows[n++] = mix(SEED ^ (uint64_t)i) % g.rows;
+	return n;
+}
+
+static const char *attr_or_none(dvar_reader *r, size_t i, const char *key)
+{
+	const char *v;
+
+	return dvar_reader_var_attr(r, i, key, &v) == DVAR_OK ? v : "(none)";
+}
+
+/*
+ * Untimed, on the first repeat: the output holds the one variable with its
+ * shape, as `slices` slices in the div layout with the attributes a layout
+ * of that many shards has, every checksum holds (dvar_reader_verify), and
+ * the edge and sample rows read back bit for bit as generated. export also
+ * promises a mappable variable: the rows are compared through the mapping.
+ */
+static void verify_dvar(const char *path, int64_t slices, const int64_t *off, int map)
+{
+	dvar_reader *r = NULL;
+	dvar_var_info info;
+	dvar_shape shape;
+	dvar_mapping m = { 0 };
+	uint64_t rows[2 + 2 * MAX_SHARDS * 2 + SAMPLE_ROWS], bad = 1;
+	int nrows = check_rows_list(rows);
+	const char *kind = slices > 1 ? "sharded" : "plain";
+	char count[16];
+	size_t i;
+
+	var_shape(&shape);
+	check(dvar_reader_open(&r, path, NULL), "verify: dvar_reader_open");
+	check(dvar_reader_find(r, VAR_NAME, &i), "verify: dvar_reader_find");
+	check(dvar_reader_var(r, i, &info), "verify: dvar_reader_var");
+	if (dvar_reader_num_vars(r) != 1 || info.dtype != DVAR_FLOAT32 ||
+	    !dvar_shape_equal(&info.shape, &shape) || info.num_slices != (size_t)slices ||
+	    info.raw_bytes != g.bytes)
+		fatal("%s: expected one float32 [%llu,%llu] variable of %llu bytes in %lld slices; "
+		      "found %zu variables, '%s' in %zu slices, %llu bytes",
+		      path, (unsigned long long)g.rows, (unsigned long long)g.cols,
+		      (unsigned long long)g.bytes, (long long)slices, dvar_reader_num_vars(r),
+		      info.name, info.num_slices, (unsigned long long)info.raw_bytes);
+	for (int64_t k = 0; k < slices; k++) {
+		dvar_slice got, want;
+
+		check(dvar_reader_var_slice(r, i, (size_t)k, &got), "verify: dvar_reader_var_slice");
+		shard_slice(&shape, off, k, &want);
+		if (memcmp(&got, &want, sizeof got) != 0)
+			fatal("%s: slice %lld is not rows [%lld, %lld)", path, (long long)k,
+			      (long long)off[k], (long long)off[k + 1]);
+	}
+	snprintf(count, sizeof count, "%lld", (long long)slices);
+	if (strcmp(attr_or_none(r, i, DVAR_STORE_ATTR_KIND), kind) != 0 ||
+	    strcmp(attr_or_none(r, i, DVAR_SHARDING_ATTR_SHARDS), slices > 1 ? count : "(none)") ||
+	    strcmp(attr_or_none(r, i, DVAR_SHARDING_ATTR_LAYOUT), slices > 1 ? "div" : "(none)"))
+		fatal("%s: attributes kind=%s shards=%s layout=%s, expected kind=%s and %s", path,
+		      attr_or_none(r, i, DVAR_STORE_ATTR_KIND),
+		      attr_or_none(r, i, DVAR_SHARDING_ATTR_SHARDS),
+		      attr_or_none(r, i, DVAR_SHARDING_ATTR_LAYOUT), kind,
+		      slices > 1 ? "shards, layout=div" : "no shards or layout");
+	check(dvar_reader_verify(r, NULL, NULL, &bad), "verify: dvar_reader_verify");
+	if (bad)
+		fatal("%s: %llu chunks fail their checksums", path, (unsigned long long)bad);
+	if (map)
+		check(dvar_reader_map(r, i, DVAR_MAP_WHOLE, 0, &m), "verify: dvar_reader_map");
+	for (int k = 0; k < nrows; k++) {
+		const unsigned char *row = NULL;
+
+		if (map) {
+			row = (const unsigned char *)m.data + rows[k] * g.row_bytes;
+		} else {
+			unsigned char *got = g.piece + PIECE_BYTES - g.row_bytes;
+			dvar_slice one;
+
+			dvar_slice_full(&one, &shape);
+			one.start[0] = (int64_t)rows[k];
+			one.length[0] = 1;
+			check(dvar_reader_read(r, i, &one, got, g.row_bytes), "verify: dvar_reader_read");
+			row = got;
+		}
+		fill_rows((float *)g.piece, rows[k], 1);
+		if (memcmp(row, g.piece, g.row_bytes) != 0)
+			fatal("%s: row %llu differs from the input", path, (unsigned long long)rows[k]);
+	}
+	dvar_reader_unmap(&m);
+	dvar_reader_free(r);
+}
+
+/* The safetensors file: header length, the tensor's dtype, shape and offsets
+ * in the header, the file's size, and the rows checked as above. */
+static void verify_safetensors(const char *path)
+{
+	uint64_t rows[2 + 2 * MAX_SHARDS * 2 + SAMPLE_ROWS], hlen = 0;
+	int nrows = check_rows_list(rows), fd = open(path, O_RDONLY);
+	unsigned char n8[8];
+	char want[256], *hdr;
+	struct stat st;
+
+	if (fd < 0 || fstat(fd, &st) != 0 || pread(fd, n8, 8, 0) != 8)
+		fatal("%s: cannot read: %s", path, strerror(errno));
+	for (int b = 0; b < 8; b++)
+		hlen |= (uint64_t)n8[b] << (8 * b);
+	if (hlen > (1u << 20) || (uint64_t)st.st_size != 8 + hlen + g.bytes ||
+	    !(hdr = calloc(1, hlen + 1)))
+		fatal("%s: %llu bytes with a %llu-byte header; expected 8 + header + %llu", path,
+		      (unsigned long long)st.st_size, (unsigned long long)hlen,
+		      (unsigned long long)g.bytes);
+	if (pread(fd, hdr, hlen, 8) != (ssize_t)hlen)
+		fatal("%s: short header", path);
+	snprintf(want, sizeof want,
+	         "\"" VAR_NAME "\":{\"dtype\":\"F32\",\"shape\":[%llu,%llu],\"data_offsets\":[0,%llu]}",
+	         (unsigned long long)g.rows, (unsigned long long)g.cols, (unsigned long long)g.bytes);
+	if (!strstr(hdr, want))
+		fatal("%s: the header lacks %s: %.300s", path, want, hdr);
+	free(hdr);
+	for (int k = 0; k < nrows; k++) {
+		unsigned char *row = g.piece + PIECE_BYTES - g.row_bytes;
+
+		if (pread(fd, row, g.row_bytes, (off_t)(8 + hlen + rows[k] * g.row_bytes)) !=
+		    (ssize_t)g.row_bytes)
+			fatal("%s: short read of row %llu", path, (unsigned long long)rows[k]);
+		fill_rows((float *)g.piece, rows[k], 1);
+		if (memcmp(row, g.piece, g.row_bytes) != 0)
+			fatal("%s: row %llu differs from the input", path, (unsigned long long)rows[k]);
+	}
+	close(fd);
+}
+
+/* ------------------------------------------------------------------ cases */
+
+static void case_dvar(int which, int verify_it)
+{
+	char shards[16];
+	char *reshard[] = { "dvar", "reshard", g.in_dir, g.out_path, "--shards", shards,
+		            "--no-progress", NULL };
+	char *export[] = { "dvar", "export", g.in_dir, g.out_path, "--single-shard",
+		           "--no-progress", NULL };
+	char *export_st[] = { "dvar", "export", g.in_dir, g.out_path, "--single-shard",
+		              "--format", "safetensors", "--no-progress", NULL };
+	char *const *args = which == T_RESHARD ? reshard : which == T_EXPORT ? export : export_st;
+	double wall, cpu;
+	uint64_t rss;
+	int64_t whole[2] = { 0, (int64_t)g.rows };
+
+	snprintf(shards, sizeof shards, "%d", g.out_shards);
+	snprintf(g.out_path, sizeof g.out_path, "%s/out%s", g.scratch,
+	         which == T_EXPORT_ST ? ".safetensors" : "");
+	cool();
+	run_dvar(args, &wall, &cpu, &rss);
+	record(which, wall, cpu, rss);
+	if (verify_it && which == T_RESHARD)
+		verify_dvar(g.out_path, g.n_out, g.out_off, 0);
+	else if (verify_it && which == T_EXPORT)
+		verify_dvar(g.out_path, 1, whole, 1);
+	else if (verify_it)
+		verify_safetensors(g.out_path);
+	remove_tree(g.out_path);
+}
+
+/*
+ * Restore each target shard of the out_shards layout from the in_shards
+ * checkpoint, cold, as a worker of the new layout would: one
+ * dvar_reader_read of its rows into a pre-faulted buffer, timed from
+ * dvar_reader_open; bytes read (dvar_reader_bytes_read) against the
+ * shard's bytes. The buffer is unmapped before the next command forks.
+ */
+static void case_shard_reads(int verify_it)
+{
+	uint64_t cap = 0;
+	unsigned char *buf;
+	dvar_shape shape;
+
+	var_shape(&shape);
+	for (int64_t k = 0; k < g.n_out; k++)
+		if ((uint64_t)(g.out_off[k + 1] - g.out_off[k]) * g.row_bytes > cap)
+			cap = (uint64_t)(g.out_off[k + 1] - g.out_off[k]) * g.row_bytes;
+	buf = alloc_prefaulted(cap);
+	for (int64_t k = 0; k < g.n_out; k++) {
+		shard_series *s = &g.sh[k];
+		dvar_reader *r = NULL;
+		dvar_slice sl;
+		size_t i;
+		double t0;
+
+		shard_slice(&shape, g.out_off, k, &sl);
+		s->needed = (uint64_t)sl.length[0] * g.row_bytes;
+		cool();
+		t0 = now();
+		check(dvar_reader_open(&r, g.in_dir, NULL), "dvar_reader_open");
+		check(dvar_reader_find(r, VAR_NAME, &i), "dvar_reader_find");
+		check(dvar_reader_read(r, i, &sl, buf, s->needed), "dvar_reader_read of a target shard");
+		s->wall[s->n++] = now() - t0;
+		if (dvar_reader_bytes_read(r) > s->read)
+			s->read = dvar_reader_bytes_read(r);
+		dvar_reader_free(r);
+		if (verify_it && !rows_match(buf, (uint64_t)g.out_off[k], (uint64_t)sl.length[0]))
+			fatal("target shard %lld read back different bytes", (long long)k);
+	}
+	munmap(buf, cap);
+}
+
+static void run_case(int k, int first, unsigned char *copy_buf)
+{
+	switch (k) {
+	case K_RAW_DIRECT:
+		case_raw(T_RAW_DIRECT, copy_buf);
+		break;
+	case K_RAW_BUF:
+		case_raw(T_RAW_BUF, copy_buf);
+		break;
+	case K_RESHARD:
+		case_dvar(T_RESHARD, first);
+		break;
+	case K_EXPORT:
+		case_dvar(T_EXPORT, first);
+		break;
+	case K_EXPORT_ST:
+		case_dvar(T_EXPORT_ST, first);
+		break;
+	case K_SHARD_READS:
+		case_shard_reads(first);
+		break;
+	}
+	settle();
+}
+
+static double last(int which)
+{
+	return g.t[which].n ? g.t[which].wall[g.t[which].n - 1] : 0;
+}
+
+static void progress_line(int r)
+{
+	if (!g.progress)
+		return;
+	fprintf(stderr,
+	        "repeat %d/%d: raw copy %.2f s, buffered %.2f | reshard %.2f | export %.2f, "
+	        "safetensors %.2f | load %.2f\n",
+	        r + 1, g.repeat, last(T_RAW_DIRECT), last(T_RAW_BUF), last(T_RESHARD),
+	        last(T_EXPORT), last(T_EXPORT_ST), load_average());
+}
+
+/* ------------------------------------------------------------------ report */
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+static double median_of(const double *src, int n)
+{
+	double v[MAX_REPEAT];
+
+	if (n == 0)
+		return 0;
+	memcpy(v, src, (size_t)n * sizeof *v);
+	qsort(v, (size_t)n, sizeof *v, cmp_double);
+	return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static double max_of(const double *v, int n)
+{
+	double m = 0;
+
+	for (int i = 0; i < n; i++)
+		m = v[i] > m ? v[i] : m;
+	return m;
+}
+
+static void min_max(const double *v, int n, double *lo, double *hi)
+{
+	*lo = *hi = n ? v[0] : 0;
+	for (int i = 1; i < n; i++) {
+		*lo = v[i] < *lo ? v[i] : *lo;
+		*hi = v[i] > *hi ? v[i] : *hi;
+	}
+}
+
+/* Throughput of a over b (b's time over a's), the median of the per-repeat
+ * ratios, so the host's drift between repeats cancels. */
+static double speed_ratio(int a, int b)
+{
+	double v[MAX_REPEAT];
+	int n = g.t[a].n;
+
+	if (n == 0 || g.t[b].n != n)
+		return 0;
+	for (int i = 0; i < n; i++)
+		v[i] = g.t[b].wall[i] / g.t[a].wall[i];
+	return median_of(v, n);
+}
+
+/* One table row; base/base_name give the "vs raw" throughput ratio (none: -1). */
+static void row(const char *label, int which, int base, const char *base_name)
+{
+	const series *s = &g.t[which];
+	double lo, hi, med = median_of(s->wall, s->n);
+	char rss[24] = "", vs[48] = "", line[256];
+	int n;
+
+	min_max(s->wall, s->n, &lo, &hi);
+	if (max_of(s->rss, s->n) > 0)
+		snprintf(rss, sizeof rss, "%8.1f", max_of(s->rss, s->n) / MIB);
+	if (base >= 0)
+		snprintf(vs, sizeof vs, "%.2fx %s", speed_ratio(which, base), base_name);
+	n = snprintf(line, sizeof line, "  %-48s %7.3f [%6.3f-%6.3f] %6.2f %8s %6.2f  %s", label,
+	             med, lo, hi, median_of(s->cpu, s->n), rss, (double)g.bytes / med / 1e9, vs);
+	while (n > 0 && line[n - 1] == ' ')
+		n--;
+	printf("%.*s\n", n, line);
+}
+
+typedef struct {
+	const char *text;
+	double value;
+	double bound;
+	int at_most; /* met when value <= bound, else when value >= bound */
+	const char *unit;
+} goal;
+
+static void print_goals(const goal *gl, int n)
+{
+	int met = 0;
+
+	printf("\ngoals\n");
+	for (int i = 0; i < n; i++) {
+		int ok = gl[i].at_most ? gl[i].value <= gl[i].bound : gl[i].value >= gl[i].bound;
+
+		met += ok;
+		printf("  %-56s %8.3f %-4s (goal %s %g)  %s\n", gl[i].text, gl[i].value, gl[i].unit,
+		       gl[i].at_most ? "<=" : ">=", gl[i].bound, ok ? "met" : "MISSED");
+	}
+	printf("%d of %d goals met\n", met, n);
+}
+
+static void report(void)
+{
+	const char *dio = g.direct_ok ? "O_DIRECT" : "buffered (no O_DIRECT here)";
+	double worst_rss = 0, worst_ratio = 0;
+	char label[128];
+
+	for (int w = T_RESHARD; w <= T_EXPORT_ST; w++)
+		if (max_of(g.t[w].rss, g.t[w].n) > worst_rss)
+			worst_rss = max_of(g.t[w].rss, g.t[w].n);
+
+	printf("\n%s: dvar %s; '%s' float32 [%llu,%llu] = %llu bytes (%.2f GiB),\n"
+	       "saved as %d div shards (data files %llu bytes), compression %s, fsync'ed; "
+	       "written in %.2f s\n",
+	       PROGRAM, dvar_version(), VAR_NAME, (unsigned long long)g.rows,
+	       (unsigned long long)g.cols, (unsigned long long)g.bytes, GIB(g.bytes), g.in_shards,
+	       (unsigned long long)g.data_bytes,
+	       g.compress == DVAR_COMPRESS_NONE ? "off" : g.compress == DVAR_COMPRESS_AUTO ? "AUTO"
+	                                                                                   : "LZ4",
+	       g.make_secs);
+	printf("commands: %s reshard IN OUT --shards %d | export IN OUT --single-shard "
+	       "[--format safetensors]\n",
+	       g.dvar, g.out_shards);
+	printf("%d repeat%s, scratch in %s; page cache emptied before every case: %s\n", g.repeat,
+	       g.repeat > 1 ? "s" : "", g.dir,
+	       g.drop_ok ? "/proc/sys/vm/drop_caches (+ POSIX_FADV_DONTNEED on the input)"
+	                 : "POSIX_FADV_DONTNEED on the input's files (drop_caches not allowed)");
+	printf("load average (1 min): %.2f at start; after each repeat", g.load_start);
+	for (int r = 0; r < g.repeat; r++)
+		printf(" %.2f", g.load[r]);
+	printf("; on %ld CPUs\n", sysconf(_SC_NPROCESSORS_ONLN));
+	printf("wall = fork to wait4 (commands) or open to fsync (raw), median [min-max]; CPU = user\n"
+	       "+ system s (median) and peak RSS = ru_maxrss (largest), both of the child; GB/s =\n"
+	       "1e9 bytes of the variable per second of median wall; vs raw = throughput over the\n"
+	       "raw copy's, median of the per-repeat ratios\n\n");
+	printf("  %-48s %7s %-15s %6s %8s %6s  %s\n", "case", "wall s", " [min-max]", "CPU s",
+	       "RSS MiB", "GB/s", "vs raw");
+	printf("machine, same bytes, same run (one thread, 4 MiB blocks, this process)\n");
+	snprintf(label, sizeof label, "raw copy: buffered read, %s write + fsync", dio);
+	row(label, T_RAW_DIRECT, -1, "");
+	row("raw copy: buffered read, buffered write + fsync", T_RAW_BUF, -1, "");
+	printf("dvar command, a child process\n");
+	snprintf(label, sizeof label, "reshard %d -> %lld shards", g.in_shards, (long long)g.n_out);
+	row(label, T_RESHARD, T_RAW_DIRECT, "raw copy");
+	row("export --single-shard (dvar)", T_EXPORT, T_RAW_DIRECT, "raw copy");
+	row("export --single-shard --format safetensors", T_EXPORT_ST, T_RAW_BUF, "raw buffered");
+	printf("  (`dvar version`, for scale: peak RSS %.1f MiB)\n", (double)g.baseline_rss / MIB);
+
+	printf("\nrestoring one target shard of %lld from the %d-shard checkpoint: dvar_reader_read "
+	       "of its rows, cold\n",
+	       (long long)g.n_out, g.in_shards);
+	printf("  %-6s %-20s %13s %13s %11s %7s %6s\n", "shard", "rows", "bytes needed",
+	       "bytes read", "read/needed", "wall s", "GB/s");
+	for (int64_t k = 0; k < g.n_out; k++) {
+		const shard_series *s = &g.sh[k];
+		double med = median_of(s->wall, s->n), q = (double)s->read / (double)s->needed;
+		char rows[48];
+
+		snprintf(rows, sizeof rows, "[%lld, %lld)", (long long)g.out_off[k],
+		         (long long)g.out_off[k + 1]);
+		printf("  %-6lld %-20s %13llu %13llu %11.4f %7.3f %6.2f\n", (long long)k, rows,
+		       (unsigned long long)s->needed, (unsigned long long)s->read, q, med,
+		       (double)s->needed / med / 1e9);
+		worst_ratio = q > worst_ratio ? q : worst_ratio;
+	}
+
+	goal gl[] = {
+		{ "reshard throughput >= 0.8x raw copy", speed_ratio(T_RESHARD, T_RAW_DIRECT), 0.8, 0,
+		  "x" },
+		{ "export (dvar) throughput >= 0.8x raw copy", speed_ratio(T_EXPORT, T_RAW_DIRECT), 0.8,
+		  0, "x" },
+		{ "peak RSS of reshard and export <= 256 MiB", worst_rss / MIB, 256, 1, "MiB" },
+		{ "bytes read / needed, one target shard, worst <= 1.05", worst_ratio, 1.05, 1, "x" },
+	};
+	print_goals(gl, (int)(sizeof gl / sizeof gl[0]));
+}
+
+/* ------------------------------------------------------------------ setup */
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+	        "usage: " PROGRAM " [options]\n"
+	        "  --total-mib N      MiB of the variable (default 2048)\n"
+	        "  --cols N           float32 columns per row (default 256); rows = the rest\n"
+	        "  --in-shards N      shards of the input (default 8, at most %d)\n"
+	        "  --out-shards M     shards to reshard to (default 3, at most %d)\n"
+	        "  --dir DIR          where the scratch folder goes, on the disk to measure\n"
+	        "                     (default $TMPDIR or /tmp)\n"
+	        "  --repeat N         repeats; medians are reported (default 5, max %d)\n"
+	        "  --compress MODE    chunks of the input: none (default), auto or lz4\n"
+	        "  --dvar PATH        the dvar command (default: ../cli/dvar next to this\n"
+	        "                     program in the build tree, then ./dvar beside it)\n"
+	        "  --progress, --no-progress\n"
+	        "                     a line per repeat on stderr (default: when stderr is a "
+	        "terminal)\n"
+	        "Needs free space for the input and one output at a time (about 2.1x the\n"
+	        "variable plus 512 MiB) and memory for the largest target shard. Run it as\n"
+	        "root so that the page cache can be dropped; otherwise the input's pages are\n"
+	        "evicted with POSIX_FADV_DONTNEED. Everything it writes is removed.\n",
+	        MAX_SHARDS, MAX_SHARDS, MAX_REPEAT);
+}
+
+static long parse_num(const char *opt, const char *s, long lo, long hi)
+{
+	char *end;
+	long v;
+
+	errno = 0;
+	v = s ? strtol(s, &end, 10) : 0;
+	if (!s || errno || *end || v < lo || v > hi) {
+		fprintf(stderr, "%s: %s needs a number from %ld to %ld\n", PROGRAM, opt, lo, hi);
+		usage(stderr);
+		exit(2);
+	}
+	return v;
+}
+
+static void parse_args(int argc, char **argv)
+{
+	const char *dvar = NULL;
+
+	g.total_mib = 2048;
+	g.cols = 256;
+	g.in_shards = 8;
+	g.out_shards = 3;
+	g.repeat = 5;
+	g.compress = DVAR_COMPRESS_NONE;
+	g.progress = isatty(2);
+	g.dir = getenv("TMPDIR") && getenv("TMPDIR")[0] ? getenv("TMPDIR") : "/tmp";
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+
+		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+			usage(stdout);
+			exit(0);
+		} else if (!strcmp(a, "--progress")) {
+			g.progress = 1;
+			continue;
+		} else if (!strcmp(a, "--no-progress")) {
+			g.progress = 0;
+			continue;
+		} else if (!strcmp(a, "--total-mib")) {
+			g.total_mib = (uint64_t)parse_num(a, v, 1, 1 << 20);
+		} else if (!strcmp(a, "--cols")) {
+			g.cols = (uint64_t)parse_num(a, v, 1, 1 << 20);
+		} else if (!strcmp(a, "--in-shards")) {
+			g.in_shards = (int)parse_num(a, v, 1, MAX_SHARDS);
+		} else if (!strcmp(a, "--out-shards")) {
+			g.out_shards = (int)parse_num(a, v, 1, MAX_SHARDS);
+		} else if (!strcmp(a, "--repeat")) {
+			g.repeat = (int)parse_num(a, v, 1, MAX_REPEAT);
+		} else if (!strcmp(a, "--dir") && v) {
+			g.dir = v;
+		} else if (!strcmp(a, "--dvar") && v) {
+			dvar = v;
+		} else if (!strcmp(a, "--compress") && v && !strcmp(v, "none")) {
+			g.compress = DVAR_COMPRESS_NONE;
+		} else if (!strcmp(a, "--compress") && v && !strcmp(v, "auto")) {
+			g.compress = DVAR_COMPRESS_AUTO;
+		} else if (!strcmp(a, "--compress") && v && !strcmp(v, "lz4")) {
+			g.compress = DVAR_COMPRESS_LZ4;
+		} else {
+			fprintf(stderr, "%s: unknown or incomplete option '%s'\n", PROGRAM, a);
+			usage(stderr);
+			exit(2);
+		}
+		i++;
+	}
+	g.row_bytes = g.cols * 4;
+	g.rows = g.total_mib * MIB / g.row_bytes;
+	if (g.rows < (uint64_t)g.in_shards || g.rows < (uint64_t)g.out_shards) {
+		fprintf(stderr, "%s: --total-mib %llu over rows of %llu floats leaves %llu rows, fewer "
+		        "than the shards\n", PROGRAM, (unsigned long long)g.total_mib,
+		        (unsigned long long)g.cols, (unsigned long long)g.rows);
+		exit(2);
+	}
+	if (g.row_bytes > PIECE_BYTES / 2) {
+		fprintf(stderr, "%s: --cols %llu makes rows of more than %llu bytes\n", PROGRAM,
+		        (unsigned long long)g.cols, (unsigned long long)(PIECE_BYTES / 2));
+		exit(2);
+	}
+	g.bytes = g.rows * g.row_bytes;
+	if (dvar)
+		snprintf(g.dvar, sizeof g.dvar, "%s", dvar);
+}
+
+/* The dvar command: --dvar, or where the build tree puts it beside this program. */
+static void find_dvar(void)
+{
+	char self[PATH_MAX - 16], *slash;
+	ssize_t n;
+
+	if (g.dvar[0]) {
+		if (access(g.dvar, X_OK) != 0)
+			fatal("--dvar %s: %s", g.dvar, strerror(errno));
+		return;
+	}
+	n = readlink("/proc/self/exe", self, sizeof self - 1);
+	if (n > 0) {
+		self[n] = '\0';
+		if ((slash = strrchr(self, '/')))
+			*slash = '\0';
+		snprintf(g.dvar, sizeof g.dvar, "%s/../cli/dvar", self);
+		if (access(g.dvar, X_OK) == 0)
+			return;
+		snprintf(g.dvar, sizeof g.dvar, "%s/dvar", self);
+		if (access(g.dvar, X_OK) == 0)
+			return;
+	}
+	fprintf(stderr, "%s: cannot find the dvar command next to this program (../cli/dvar or "
+	        "./dvar); build it (-DDVAR_BUILD_CLI=ON) or pass --dvar PATH\n", PROGRAM);
+	exit(2);
+}
+
+static uint64_t mem_available(void)
+{
+	FILE *f = fopen("/proc/meminfo", "r");
+	char line[256];
+	unsigned long long kb = 0;
+
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof line, f))
+		if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
+			break;
+	fclose(f);
+	return (uint64_t)kb * 1024;
+}
+
+/*
+ * At most the input and one output exist at a time (each output is deleted
+ * before the next case), each the variable's bytes plus chunk padding: 2x,
+ * plus 5% and 512 MiB of headroom. Memory: the largest target shard.
+ */
+static void check_resources(void)
+{
+	uint64_t need = 2 * (g.bytes + g.bytes / 20) + 512 * MIB, avail, mem, shard = 0;
+	struct statvfs vfs;
+
+	if (statvfs(g.dir, &vfs) != 0)
+		fatal("cannot use --dir %s: %s", g.dir, strerror(errno));
+	avail = (uint64_t)vfs.f_bavail * vfs.f_frsize;
+	if (avail < need) {
+		fprintf(stderr,
+		        "%s: %s has %.2f GiB free; this run needs %.2f GiB (the %.2f GiB input and one "
+		        "output at a time, plus 5%% and 512 MiB of headroom). Free some space, pass "
+		        "--dir on a larger disk, or lower --total-mib.\n",
+		        PROGRAM, g.dir, GIB(avail), GIB(need), GIB(g.bytes));
+		exit(1);
+	}
+	for (int64_t k = 0; k < g.n_out; k++)
+		if ((uint64_t)(g.out_off[k + 1] - g.out_off[k]) * g.row_bytes > shard)
+			shard = (uint64_t)(g.out_off[k + 1] - g.out_off[k]) * g.row_bytes;
+	mem = mem_available();
+	if (mem && mem < shard + 256 * MIB) {
+		fprintf(stderr,
+		        "%s: %.2f GiB of memory available; restoring a target shard needs %.2f GiB "
+		        "plus 256 MiB. Lower --total-mib or raise --out-shards.\n",
+		        PROGRAM, GIB(mem), GIB(shard));
+		exit(1);
+	}
+}
+
+int main(int argc, char **argv)
+{
+	char tmpl[PATH_MAX];
+	char *version[] = { "dvar", "version", NULL };
+	unsigned char *copy_buf;
+	double wall, cpu;
+	int64_t n;
+
+	if (argc > 1 && !strcmp(argv[1], "--launch"))
+		return launch_main(argc, argv);
+	parse_args(argc, argv);
+	find_dvar();
+	check(dvar_div_layout((int64_t)g.rows, g.in_shards, g.in_off, &n), "dvar_div_layout");
+	check(dvar_div_layout((int64_t)g.rows, g.out_shards, g.out_off, &g.n_out),
+	      "dvar_div_layout");
+	check_resources();
+	g.load_start = load_average();
+	g.direct_ok = 1;
+
+	snprintf(tmpl, sizeof tmpl, "%s/dvar-bench-reshard-XXXXXX", g.dir);
+	if (!mkdtemp(tmpl))
+		fatal("cannot create a scratch folder in %s: %s", g.dir, strerror(errno));
+	snprintf(g.scratch, sizeof g.scratch, "%s", tmpl);
+	arm_cleanup();
+	snprintf(g.in_dir, sizeof g.in_dir, "%s/in", g.scratch);
+	snprintf(g.err_path, sizeof g.err_path, "%s/stderr", g.scratch);
+	g.drop_ok = drop_caches() == 0;
+
+	if (!(g.piece = aligned_alloc(4096, PIECE_BYTES)))
+		fatal("out of memory");
+	if (g.progress)
+		fprintf(stderr, "%s: writing the input, %.2f GiB as %d shards, into %s\n", PROGRAM,
+		        GIB(g.bytes), g.in_shards, g.scratch);
+	make_input();
+	list_data_files();
+	copy_buf = alloc_prefaulted(IO_BLOCK);
+
+	run_dvar(version, &wall, &cpu, &g.baseline_rss);
+	for (int r = 0; r < g.repeat; r++) {
+		/* Every case starts cold and after the previous one's output is
+		 * deleted and synced; the first case moves on by one every repeat. */
+		for (int k = 0; k < K_COUNT; k++)
+			run_case((r + k) % K_COUNT, r == 0, copy_buf);
+		g.load[r] = load_average();
+		progress_line(r);
+	}
+	report();
+
+	rm_armed = 0;
+	remove_tree(g.scratch);
+	munmap(copy_buf, IO_BLOCK);
+	free(g.piece);
+	for (int f = 0; f < g.n_data_files; f++)
+		free(g.data_files[f]);
+	free(g.data_files);
+	return 0;
+}
