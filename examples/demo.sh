@@ -2,7 +2,7 @@
 # demo.sh - dvar end to end on a fresh Debian machine: install the
 # dependencies, build, then checkpoint a few NumPy arrays with the dvar
 # command and read them back: list, inspect, verify, read a slice, diff two
-# steps and catch a corrupted byte. Exits non-zero when any check fails.
+# steps, reshard and export for serving, and catch a corrupted byte. Exits non-zero when any check fails.
 # DVAR_BUILD_DIR picks the build tree (default build/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -92,6 +92,36 @@ EOF
 section "diff: step 100 against step 200 (exit 1: they differ)"
 expect_exit 1 diff ckpt/ckpt-100 ckpt/ckpt-200
 expect_exit 0 diff ckpt/ckpt-200 ckpt
+
+section "reshard: emb into 3 shards, then 5, and back to one"
+dvar reshard ckpt sharded3 --var emb=3
+dvar inspect sharded3
+dvar reshard sharded3 sharded5 --shards 5
+expect_exit 0 diff sharded5 ckpt
+dvar reshard sharded5 merged --var emb=1
+expect_exit 0 diff merged ckpt
+
+section "export: one full tensor per variable, for serving"
+dvar export sharded5 serve.dvar --single-shard
+dvar export sharded5 model.safetensors --single-shard --format safetensors
+expect_exit 0 diff serve.dvar ckpt
+"$py" - <<'EOF' || fail "the safetensors export differs from the arrays saved"
+import json, struct
+import numpy as np
+
+with open("model.safetensors", "rb") as f:
+    n = struct.unpack("<Q", f.read(8))[0]
+    header = json.loads(f.read(n))
+    body = f.read()
+want = {"emb": np.load("emb-200.npy"), "w": np.load("w.npy"), "ids": np.load("ids.npy")}
+kinds = {"F32": np.float32, "F64": np.float64, "I64": np.int64}
+for name, a in want.items():
+    h = header[name]
+    b, e = h["data_offsets"]
+    got = np.frombuffer(body[b:e], dtype=kinds[h["dtype"]]).reshape(h["shape"])
+    assert np.array_equal(got, a), name
+print(f"model.safetensors: {len(want)} tensors equal the arrays saved")
+EOF
 
 section "verify catches a flipped byte"
 cp -r ckpt/ckpt-200 broken
