@@ -27,9 +27,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "benchutil.h"
 #include "dvar/dvar.h"
 
-#define MAX_TRIALS 64
+#define MAX_TRIALS 64 /* at most BENCH_MAX_SAMPLES */
 
 static struct {
 	int R;
@@ -39,27 +40,6 @@ static struct {
 	int trials;
 	int rank, W;
 } g = { .R = 1, .min_bytes = 4096, .max_bytes = 256u << 20, .warmup = 2, .trials = 5 };
-
-static double now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-	qsort(v, (size_t)n, sizeof *v, cmp_double);
-	return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 /* About 0.2 s of work per trial at 1 GB/s, 2..1000 iterations. */
 static int iters_for(size_t bytes)
@@ -201,12 +181,12 @@ static int dvar_case_fn(dvar_replica *ctx, void *arg)
 
 		if ((rc = barrier(ctx)))
 			return rc;
-		t0 = now();
+		t0 = bench_now();
 		for (int i = 0; i < c->iters; i++)
 			if ((rc = dvar_replica_all_reduce(ctx, DVAR_REDUCE_SUM, DVAR_FLOAT32, buf,
 			                                  buf, c->count)))
 				return rc;
-		dt = (now() - t0) / c->iters;
+		dt = (bench_now() - t0) / c->iters;
 		if ((rc = dvar_replica_all_reduce(ctx, DVAR_REDUCE_MAX, DVAR_FLOAT64, &dt, &dt, 1)))
 			return rc;
 		if (local == 0)
@@ -234,7 +214,7 @@ static int time_dvar(dvar_strategy *s, float **bufs, size_t bytes, double *time,
 	*wrong = 0;
 	for (int l = 0; l < dvar_strategy_local_replicas(s); l++)
 		*wrong += c.wrong[l];
-	*time = median(c.times, g.trials);
+	*time = bench_median(c.times, g.trials);
 	return DVAR_OK;
 }
 
@@ -257,14 +237,14 @@ static double time_mpi(float *buf, size_t bytes, long *wrong)
 		double t0, dt, slowest;
 
 		MPI_Barrier(MPI_COMM_WORLD);
-		t0 = now();
+		t0 = bench_now();
 		for (int i = 0; i < iters; i++)
 			MPI_Allreduce(MPI_IN_PLACE, buf, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-		dt = (now() - t0) / iters;
+		dt = (bench_now() - t0) / iters;
 		MPI_Allreduce(&dt, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
 		times[t] = slowest;
 	}
-	return median(times, g.trials);
+	return bench_median(times, g.trials);
 }
 
 /* ---------------------------------------------------------------- local part */
@@ -277,15 +257,15 @@ static double time_memcpy(void *dst, const void *src, size_t bytes)
 	for (int i = 0; i < g.warmup; i++)
 		memcpy(dst, src, bytes);
 	for (int t = 0; t < g.trials; t++) {
-		double t0 = now();
+		double t0 = bench_now();
 		for (int i = 0; i < iters; i++) {
 			memcpy(dst, src, bytes);
 			/* keep the copies from being merged or dropped */
 			__asm__ __volatile__("" : : "r"(dst) : "memory");
 		}
-		times[t] = (now() - t0) / iters;
+		times[t] = (bench_now() - t0) / iters;
 	}
-	return median(times, g.trials);
+	return bench_median(times, g.trials);
 }
 
 static int local_part(float **bufs, float *spare)
@@ -351,14 +331,11 @@ static void sleep_until_released(void)
 /* Other work on the machine skews every figure: say how busy it was. */
 static void print_load(void)
 {
-	FILE *f = fopen("/proc/loadavg", "r");
-	double l1;
+	double l1 = bench_load_average();
 
-	if (f && fscanf(f, "%lf", &l1) == 1)
+	if (l1 >= 0)
 		printf("# load average (1 min) at start: %.2f on %ld CPUs\n", l1,
 		       sysconf(_SC_NPROCESSORS_ONLN));
-	if (f)
-		fclose(f);
 }
 
 /* ---------------------------------------------------------------- main */

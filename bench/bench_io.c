@@ -12,21 +12,15 @@
  * page faults would otherwise cost as much as the disk. See bench/README.md.
  */
 #include <errno.h>
-#include <fcntl.h>
-#include <ftw.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "benchutil.h"
 #include "dvar/dvar.h"
 
-#define MIB (1024ull * 1024ull)
-#define IO_BLOCK (4 * MIB)
-#define MAX_RUNS 99
 /* "AUTO not slower than NONE" allows this much run-to-run noise. */
 #define NOISE_MARGIN 0.95
 
@@ -61,7 +55,7 @@ enum {
 };
 
 typedef struct {
-	double gbps[MAX_RUNS];
+	double gbps[BENCH_MAX_SAMPLES];
 	int n;
 	double bytes_ratio; /* stored/raw for saves, read/needed for partial; 0 = none */
 } series;
@@ -72,50 +66,8 @@ static struct {
 	int runs;
 	int threads;
 	int cold; /* the page cache can be dropped */
-	char *scratch;
 	series s[S_COUNT];
 } g;
-
-static int remove_entry(const char *path, const struct stat *st, int type, struct FTW *ftw)
-{
-	remove(path);
-	return 0;
-}
-
-static void remove_tree(const char *path)
-{
-	nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
-
-static void fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-static void fatal(const char *fmt, ...)
-{
-	va_list ap;
-
-	fprintf(stderr, "dvar_bench_io: ");
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fprintf(stderr, "\n");
-	if (g.scratch)
-		remove_tree(g.scratch);
-	exit(1);
-}
-
-static void check(int rc, const char *what)
-{
-	if (rc != DVAR_OK)
-		fatal("%s: %s (%s)", what, dvar_error_last()->message, dvar_strerror(rc));
-}
-
-static double now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static void record(int which, uint64_t bytes, double seconds)
 {
@@ -124,41 +76,7 @@ static void record(int which, uint64_t bytes, double seconds)
 	s->gbps[s->n++] = bytes / seconds / 1e9;
 }
 
-/* Anonymous, huge-page-advised and touched now, so no timed section faults. */
-static void *alloc_prefaulted(uint64_t bytes)
-{
-	void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-
-	if (p == MAP_FAILED)
-		fatal("cannot map %llu bytes: %s", (unsigned long long)bytes, strerror(errno));
-	madvise(p, bytes, MADV_HUGEPAGE);
-	memset(p, 0, bytes);
-	return p;
-}
-
-/* Drop the page cache (root only); always flush dirty pages first. */
-static int drop_caches(void)
-{
-	int fd, ok;
-
-	sync();
-	fd = open("/proc/sys/vm/drop_caches", O_WRONLY);
-	if (fd < 0)
-		return -1;
-	ok = write(fd, "3\n", 2) == 2;
-	close(fd);
-	return ok ? 0 : -1;
-}
-
 /* ------------------------------------------------------------------ data */
-
-static uint64_t rnd(uint64_t *x)
-{
-	*x ^= *x << 13;
-	*x ^= *x >> 7;
-	*x ^= *x << 17;
-	return *x;
-}
 
 /* A float with a random sign and 23 random mantissa bits in [2^-7, 2):
  * incompressible, like trained weights, and never NaN. */
@@ -173,7 +91,7 @@ static void fill_dense(uint32_t *dst, uint64_t n)
 	uint64_t x = 0x9e3779b97f4a7c15ull;
 
 	for (uint64_t i = 0; i < n; i++)
-		dst[i] = rnd_float_bits(rnd(&x));
+		dst[i] = rnd_float_bits(bench_xorshift(&x));
 }
 
 static void fill_element_sparse(uint32_t *dst, uint64_t n)
@@ -181,7 +99,7 @@ static void fill_element_sparse(uint32_t *dst, uint64_t n)
 	uint64_t x = 0x2545f4914f6cdd1dull;
 
 	for (uint64_t i = 0; i < n; i++) {
-		uint64_t r = rnd(&x);
+		uint64_t r = bench_xorshift(&x);
 		dst[i] = (r >> 31) & 1 ? rnd_float_bits(r) : 0;
 	}
 }
@@ -192,12 +110,12 @@ static void fill_row_sparse(uint32_t *dst, uint64_t rows, uint64_t cols)
 
 	for (uint64_t i = 0; i < rows; i++) {
 		uint32_t *row = dst + i * cols;
-		if (rnd(&x) >> 63) {
+		if (bench_xorshift(&x) >> 63) {
 			memset(row, 0, cols * 4);
 			continue;
 		}
 		for (uint64_t j = 0; j < cols; j++)
-			row[j] = rnd_float_bits(rnd(&x));
+			row[j] = rnd_float_bits(bench_xorshift(&x));
 	}
 }
 
@@ -210,13 +128,13 @@ static void add_tensor(layout *l, uint64_t offset, uint64_t bytes, int rank, uin
 		l->cap = l->cap ? 2 * l->cap : 64;
 		l->t = realloc(l->t, l->cap * sizeof(tensor));
 		if (!l->t)
-			fatal("out of memory");
+			bench_fatal("out of memory");
 	}
 	t = &l->t[l->n];
 	snprintf(t->name, sizeof(t->name), "t%04zu", l->n);
 	t->offset = offset;
 	t->bytes = bytes;
-	check(dvar_shape_init(&t->shape, rank, dims), "shape");
+	bench_check(dvar_shape_init(&t->shape, rank, dims), "shape");
 	l->n++;
 }
 
@@ -226,9 +144,9 @@ static void add_tensor(layout *l, uint64_t offset, uint64_t bytes, int rank, uin
  */
 static layout make_mixed_layout(uint64_t size)
 {
-	static const uint64_t big[] = { 256 * MIB, 128 * MIB, 64 * MIB };
-	static const uint64_t small[] = { 4096, 16384, 65536, 262144, MIB, 4 * MIB };
-	uint64_t large = size / 4 * 3 & ~(4 * MIB - 1), off = 0;
+	static const uint64_t big[] = { 256 * BENCH_MIB, 128 * BENCH_MIB, 64 * BENCH_MIB };
+	static const uint64_t small[] = { 4096, 16384, 65536, 262144, BENCH_MIB, 4 * BENCH_MIB };
+	uint64_t large = size / 4 * 3 & ~(4 * BENCH_MIB - 1), off = 0;
 	layout l = { NULL, 0, 0 };
 
 	for (size_t i = 0; off < large; i++) {
@@ -246,85 +164,39 @@ static layout make_mixed_layout(uint64_t size)
 
 /* ------------------------------------------------------------------ raw I/O */
 
-/* Seconds to write bytes sequentially in 4 MiB blocks and fsync; < 0 when the
- * filesystem refuses O_DIRECT. */
-static double raw_write(const char *path, const void *buf, uint64_t bytes, int direct)
-{
-	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | (direct ? O_DIRECT : 0), 0644);
-	double t0 = now();
-
-	if (fd < 0 && direct && errno == EINVAL)
-		return -1;
-	if (fd < 0)
-		fatal("open %s: %s", path, strerror(errno));
-	for (uint64_t done = 0; done < bytes;) {
-		uint64_t n = bytes - done < IO_BLOCK ? bytes - done : IO_BLOCK;
-		ssize_t w = write(fd, (const char *)buf + done, n);
-		if (w < 0 && direct && errno == EINVAL && done == 0) {
-			close(fd);
-			return -1;
-		}
-		if (w <= 0)
-			fatal("write %s: %s", path, strerror(errno));
-		done += (uint64_t)w;
-	}
-	if (fsync(fd) != 0)
-		fatal("fsync %s: %s", path, strerror(errno));
-	close(fd);
-	return now() - t0;
-}
-
-static double raw_read(const char *path, void *buf, uint64_t bytes, int direct)
-{
-	int fd = open(path, O_RDONLY | (direct ? O_DIRECT : 0));
-	double t0 = now();
-
-	if (fd < 0)
-		fatal("open %s: %s", path, strerror(errno));
-	for (uint64_t done = 0; done < bytes;) {
-		uint64_t n = bytes - done < IO_BLOCK ? bytes - done : IO_BLOCK;
-		ssize_t r = read(fd, (char *)buf + done, n);
-		if (r <= 0)
-			fatal("read %s: %s", path, r < 0 ? strerror(errno) : "short file");
-		done += (uint64_t)r;
-	}
-	close(fd);
-	return now() - t0;
-}
-
 static void bench_raw(void *src, void *dst)
 {
 	char path[4096];
 	double t;
 
-	snprintf(path, sizeof(path), "%s/raw.bin", g.scratch);
+	snprintf(path, sizeof(path), "%s/raw.bin", bench_scratch());
 
-	drop_caches();
-	record(S_RAW_WRITE_BUF, g.size, raw_write(path, src, g.size, 0));
+	bench_drop_caches();
+	record(S_RAW_WRITE_BUF, g.size, bench_raw_write(path, src, g.size, 0, 1));
 	unlink(path);
 
-	drop_caches();
-	t = raw_write(path, src, g.size, 1);
+	bench_drop_caches();
+	t = bench_raw_write(path, src, g.size, 1, 1);
 	if (t < 0) {
 		/* O_DIRECT unsupported (tmpfs): keep a buffered file for the reads */
-		raw_write(path, src, g.size, 0);
+		bench_raw_write(path, src, g.size, 0, 1);
 	} else {
 		record(S_RAW_WRITE_DIRECT, g.size, t);
 	}
 	/* without a cache drop, compare warm with warm: the dvar reads hit the cache */
 	if (!g.cold)
-		raw_read(path, dst, g.size, 0);
-	drop_caches();
-	record(S_RAW_READ_COLD, g.size, raw_read(path, dst, g.size, 0));
+		bench_raw_read(path, dst, g.size, 0);
+	bench_drop_caches();
+	record(S_RAW_READ_COLD, g.size, bench_raw_read(path, dst, g.size, 0));
 	if (t >= 0) {
-		drop_caches();
-		record(S_RAW_READ_DIRECT, g.size, raw_read(path, dst, g.size, 1));
+		bench_drop_caches();
+		record(S_RAW_READ_DIRECT, g.size, bench_raw_read(path, dst, g.size, 1));
 	}
 	unlink(path);
 
-	t = now();
+	t = bench_now();
 	memcpy(dst, src, g.size);
-	record(S_MEMCPY, g.size, now() - t);
+	record(S_MEMCPY, g.size, bench_now() - t);
 }
 
 /* ------------------------------------------------------------------ dvar */
@@ -337,15 +209,15 @@ static double save(const char *dir, const layout *l, const void *src, dvar_compr
 
 	opts.compress = compress;
 	opts.threads = g.threads;
-	drop_caches();
-	t0 = now();
-	check(dvar_writer_open(&w, dir, &opts), "dvar_writer_open");
+	bench_drop_caches();
+	t0 = bench_now();
+	bench_check(dvar_writer_open(&w, dir, &opts), "dvar_writer_open");
 	for (size_t i = 0; i < l->n; i++)
-		check(dvar_writer_add(w, l->t[i].name, DVAR_FLOAT32, &l->t[i].shape, NULL,
+		bench_check(dvar_writer_add(w, l->t[i].name, DVAR_FLOAT32, &l->t[i].shape, NULL,
 		                      (const char *)src + l->t[i].offset),
 		      l->t[i].name);
-	check(dvar_writer_commit(w), "dvar_writer_commit");
-	t0 = now() - t0;
+	bench_check(dvar_writer_commit(w), "dvar_writer_commit");
+	t0 = bench_now() - t0;
 	dvar_writer_free(w);
 	return t0;
 }
@@ -356,22 +228,22 @@ static dvar_reader *open_reader(const char *dir)
 	dvar_reader *r = NULL;
 
 	opts.threads = g.threads;
-	check(dvar_reader_open(&r, dir, &opts), "dvar_reader_open");
+	bench_check(dvar_reader_open(&r, dir, &opts), "dvar_reader_open");
 	return r;
 }
 
 static double restore(const char *dir, const layout *l, void *dst)
 {
-	double t0 = now();
+	double t0 = bench_now();
 	dvar_reader *r = open_reader(dir);
 
 	for (size_t i = 0; i < l->n; i++) {
 		size_t v;
-		check(dvar_reader_find(r, l->t[i].name, &v), "dvar_reader_find");
-		check(dvar_reader_read(r, v, NULL, (char *)dst + l->t[i].offset, l->t[i].bytes),
+		bench_check(dvar_reader_find(r, l->t[i].name, &v), "dvar_reader_find");
+		bench_check(dvar_reader_read(r, v, NULL, (char *)dst + l->t[i].offset, l->t[i].bytes),
 		      l->t[i].name);
 	}
-	t0 = now() - t0;
+	t0 = bench_now() - t0;
 	dvar_reader_free(r);
 	return t0;
 }
@@ -383,7 +255,7 @@ static double stored_over_raw(const char *dir)
 
 	for (size_t i = 0; i < dvar_reader_num_vars(r); i++) {
 		dvar_var_info info;
-		check(dvar_reader_var(r, i, &info), "dvar_reader_var");
+		bench_check(dvar_reader_var(r, i, &info), "dvar_reader_var");
 		raw += info.raw_bytes;
 		stored += info.stored_bytes;
 	}
@@ -396,7 +268,7 @@ static void check_roundtrip(const char *dir, const layout *l, const void *src, v
 {
 	restore(dir, l, dst);
 	if (memcmp(src, dst, g.size) != 0)
-		fatal("%s: restored bytes differ from the saved ones", dir);
+		bench_fatal("%s: restored bytes differ from the saved ones", dir);
 }
 
 /* Rows [rows/2 + 3, +rows/8) of the first (largest) tensor: starts inside a chunk. */
@@ -413,16 +285,16 @@ static void bench_partial(const char *dir, const tensor *t, const void *src, voi
 	sl.start[0] = t->shape.dims[0] / 2 + 3;
 	uint64_t need = (uint64_t)sl.length[0] * row_bytes;
 
-	drop_caches();
-	t0 = now();
+	bench_drop_caches();
+	t0 = bench_now();
 	r = open_reader(dir);
-	check(dvar_reader_find(r, t->name, &v), "dvar_reader_find");
-	check(dvar_reader_read(r, v, &sl, dst, need), "partial dvar_reader_read");
-	t0 = now() - t0;
+	bench_check(dvar_reader_find(r, t->name, &v), "dvar_reader_find");
+	bench_check(dvar_reader_read(r, v, &sl, dst, need), "partial dvar_reader_read");
+	t0 = bench_now() - t0;
 	got = dvar_reader_bytes_read(r);
 	dvar_reader_free(r);
 	if (memcmp(dst, (const char *)src + t->offset + (uint64_t)sl.start[0] * row_bytes, need))
-		fatal("partial read returned wrong bytes");
+		bench_fatal("partial read returned wrong bytes");
 	record(S_PARTIAL, need, t0);
 	if ((double)got / need > g.s[S_PARTIAL].bytes_ratio)
 		g.s[S_PARTIAL].bytes_ratio = (double)got / need;
@@ -431,10 +303,10 @@ static void bench_partial(const char *dir, const tensor *t, const void *src, voi
 /* (d) and (e) on the dense checkpoint. */
 static void bench_reads(const char *dir, const layout *l, const void *src, void *dst)
 {
-	drop_caches();
+	bench_drop_caches();
 	record(S_RESTORE, g.size, restore(dir, l, dst));
 	if (memcmp(src, dst, g.size) != 0)
-		fatal("cold restore returned wrong bytes");
+		bench_fatal("cold restore returned wrong bytes");
 	bench_partial(dir, &l->t[0], src, dst);
 }
 
@@ -451,7 +323,7 @@ static void bench_saves(int run, const layout *l, const void *src, void *dst,
 {
 	char dir[4096];
 
-	snprintf(dir, sizeof(dir), "%s/ckpt", g.scratch);
+	snprintf(dir, sizeof(dir), "%s/ckpt", bench_scratch());
 	for (int k = 0; k < n; k++) {
 		int i = (run + k) % n;
 		record(which[i], g.size, save(dir, l, src, modes[i]));
@@ -460,13 +332,13 @@ static void bench_saves(int run, const layout *l, const void *src, void *dst,
 			check_roundtrip(dir, l, src, dst);
 		if (read_back && modes[i] == DVAR_COMPRESS_AUTO)
 			read_back(dir, l, src, dst);
-		remove_tree(dir);
+		bench_remove_tree(dir);
 	}
 }
 
 static double last(int which)
 {
-	return g.s[which].n ? g.s[which].gbps[g.s[which].n - 1] : 0;
+	return bench_last(g.s[which].gbps, g.s[which].n);
 }
 
 static void one_run(int run, const layout *mixed, const layout *table, uint32_t *src, void *dst)
@@ -499,23 +371,9 @@ static void one_run(int run, const layout *mixed, const layout *table, uint32_t 
 
 /* ------------------------------------------------------------------ report */
 
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return x < y ? -1 : x > y;
-}
-
 static double median(int which)
 {
-	series *s = &g.s[which];
-	double v[MAX_RUNS];
-
-	if (s->n == 0)
-		return 0;
-	memcpy(v, s->gbps, s->n * sizeof(double));
-	qsort(v, s->n, sizeof(double), cmp_double);
-	return s->n % 2 ? v[s->n / 2] : (v[s->n / 2 - 1] + v[s->n / 2]) / 2;
+	return bench_median(g.s[which].gbps, g.s[which].n);
 }
 
 /*
@@ -524,69 +382,26 @@ static double median(int which)
  */
 static double ratio(int a, int b)
 {
-	const series *x = &g.s[a], *y = &g.s[b];
-	double v[MAX_RUNS];
-	int n = x->n;
-
-	if (n == 0 || y->n != n)
-		return 0;
-	for (int i = 0; i < n; i++)
-		v[i] = x->gbps[i] / y->gbps[i];
-	qsort(v, n, sizeof(double), cmp_double);
-	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+	return bench_median_ratio(g.s[a].gbps, g.s[a].n, g.s[b].gbps, g.s[b].n);
 }
 
 static void row(const char *label, int which, int base, const char *base_name, const char *extra)
 {
 	series *s = &g.s[which];
-	double lo = s->gbps[0], hi = s->gbps[0];
-	char vs[48] = "", bytes[32] = "", line[160];
-	int n;
+	char vs[48] = "", bytes[32] = "";
+	double lo, hi;
 
 	if (s->n == 0) {
 		printf("  %-38s %6s\n", label, "n/a");
 		return;
 	}
-	for (int i = 1; i < s->n; i++) {
-		lo = s->gbps[i] < lo ? s->gbps[i] : lo;
-		hi = s->gbps[i] > hi ? s->gbps[i] : hi;
-	}
+	bench_min_max(s->gbps, s->n, &lo, &hi);
 	if (base >= 0 && ratio(which, base) > 0)
 		snprintf(vs, sizeof(vs), "%.2fx %s", ratio(which, base), base_name);
 	if (s->bytes_ratio > 0)
 		snprintf(bytes, sizeof(bytes), "%s %.3f", extra, s->bytes_ratio);
-	n = snprintf(line, sizeof(line), "  %-38s %6.2f  [%5.2f-%5.2f]  %-24s %s", label,
-	             median(which), lo, hi, vs, bytes);
-	while (n > 0 && line[n - 1] == ' ')
-		n--;
-	printf("%.*s\n", n, line);
-}
-
-
-typedef struct {
-	const char *text;
-	double value; /* 0 when it could not be measured */
-	double bound;
-	int at_most;  /* met when value <= bound, else when value >= bound */
-	const char *unit;
-} goal;
-
-static void print_goals(const goal *gl, int n)
-{
-	int met = 0;
-
-	printf("\ngoals\n");
-	for (int i = 0; i < n; i++) {
-		int ok = gl[i].value > 0 &&
-		         (gl[i].at_most ? gl[i].value <= gl[i].bound : gl[i].value >= gl[i].bound);
-		met += ok;
-		if (gl[i].value > 0)
-			printf("  %-60s %6.3f %-4s  %s\n", gl[i].text, gl[i].value, gl[i].unit,
-			       ok ? "met" : "MISSED");
-		else
-			printf("  %-60s %6s %-4s  MISSED\n", gl[i].text, "n/a", "");
-	}
-	printf("%d of %d goals met\n", met, n);
+	bench_print_row("  %-38s %6.2f  [%5.2f-%5.2f]  %-24s %s", label, median(which), lo, hi, vs,
+	                bytes);
 }
 
 static void report(const layout *mixed)
@@ -594,14 +409,12 @@ static void report(const layout *mixed)
 	const char *rd = g.cold ? "cold" : "warm (could not drop caches)";
 	const char *rdb = g.cold ? "cold read" : "warm read";
 	const tensor *t0 = &mixed->t[0];
+	static const bench_goal_style style = { 60, 6, 4, 0, 1 };
 	char label[96], threads[32];
 
-	if (g.threads > 0)
-		snprintf(threads, sizeof(threads), "%d", g.threads);
-	else
-		snprintf(threads, sizeof(threads), "all %ld", sysconf(_SC_NPROCESSORS_ONLN));
+	bench_threads_text(threads, sizeof(threads), g.threads);
 	printf("\ndvar_bench_io: %llu MiB per case, %d run%s, %s CPU threads, scratch in %s\n",
-	       (unsigned long long)(g.size / MIB), g.runs, g.runs > 1 ? "s" : "", threads, g.dir);
+	       (unsigned long long)(g.size / BENCH_MIB), g.runs, g.runs > 1 ? "s" : "", threads, g.dir);
 	printf("GB/s = 1e9 bytes of tensor data per second, median [min-max] over the runs;\n"
 	       "vs raw = median of the per-run ratios; reads are %s\n\n", rd);
 	printf("  %-38s %6s  %-13s  %-24s %s\n", "case", "GB/s", "[min-max]", "vs raw",
@@ -614,7 +427,7 @@ static void report(const layout *mixed)
 	row(label, S_RAW_READ_COLD, -1, "", "");
 	row("raw read, O_DIRECT 4 MiB", S_RAW_READ_DIRECT, -1, "", "");
 	printf("(a) dense float32, %zu tensors of 4 KiB to %llu MiB, save + fsync\n", mixed->n,
-	       (unsigned long long)(t0->bytes / MIB));
+	       (unsigned long long)(t0->bytes / BENCH_MIB));
 	row("AUTO (default)", S_DENSE_AUTO, S_RAW_WRITE_DIRECT, "O_DIRECT write", "stored/raw");
 	row("NONE", S_DENSE_NONE, S_RAW_WRITE_DIRECT, "O_DIRECT write", "stored/raw");
 	printf("(b) embedding [%llu,128] float32, 50%% zero rows, save + fsync\n",
@@ -632,7 +445,7 @@ static void report(const layout *mixed)
 	row("GB/s of the bytes needed", S_PARTIAL, S_RAW_READ_COLD, rdb, "read/needed");
 
 	snprintf(label, sizeof(label), "restore >= 0.9x raw %s", rdb);
-	goal gl[] = {
+	bench_goal gl[] = {
 		{ "dense save+fsync >= 0.85x raw O_DIRECT write+fsync",
 		  ratio(S_DENSE_AUTO, S_RAW_WRITE_DIRECT), 0.85, 0, "x" },
 		{ "dense save+fsync >= 1.3 GB/s", median(S_DENSE_AUTO), 1.3, 0, "GB/s" },
@@ -649,7 +462,7 @@ static void report(const layout *mixed)
 		{ "partial read: bytes read <= 1.05x bytes needed", g.s[S_PARTIAL].bytes_ratio, 1.05,
 		  1, "x" },
 	};
-	print_goals(gl, (int)(sizeof(gl) / sizeof(gl[0])));
+	bench_print_goals(gl, (int)(sizeof(gl) / sizeof(gl[0])), &style);
 }
 
 /* ------------------------------------------------------------------ main */
@@ -662,73 +475,59 @@ static void usage(FILE *f)
 	           "  --runs N      runs; medians are reported (default 6, max %d)\n"
 	           "  --threads N   dvar writer/reader threads (default 0 = all CPUs)\n"
 	           "Run as root so the page cache can be dropped before each read.\n",
-	        MAX_RUNS);
-}
-
-static long parse_num(const char *opt, const char *s, long lo, long hi)
-{
-	char *end;
-	long v;
-
-	errno = 0;
-	v = s ? strtol(s, &end, 10) : 0;
-	if (!s || errno || *end || v < lo || v > hi) {
-		fprintf(stderr, "dvar_bench_io: %s needs a number from %ld to %ld\n", opt, lo, hi);
-		usage(stderr);
-		exit(2);
-	}
-	return v;
+	        BENCH_MAX_SAMPLES);
 }
 
 int main(int argc, char **argv)
 {
-	char tmpl[4096];
+	static const bench_program prog = { "dvar_bench_io", -1, usage, NULL, NULL };
 	layout mixed, table = { NULL, 0, 0 };
 	void *src, *dst;
 
-	g.size = 1024 * MIB;
+	g.size = 1024 * BENCH_MIB;
 	g.runs = 6;
-	g.dir = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+	g.dir = bench_default_dir();
+	bench_init(&prog);
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+		int took = bench_common_option(a, v, NULL, &g.dir, NULL);
+
+		if (took) {
+			i += took - 1;
+			continue;
+		}
 		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
 			usage(stdout);
 			return 0;
 		} else if (!strcmp(a, "--size-mb")) {
-			g.size = (uint64_t)parse_num(a, v, 8, 1 << 20) * MIB;
+			g.size = (uint64_t)bench_parse_num(a, v, 8, 1 << 20) * BENCH_MIB;
 		} else if (!strcmp(a, "--runs")) {
-			g.runs = (int)parse_num(a, v, 1, MAX_RUNS);
+			g.runs = (int)bench_parse_num(a, v, 1, BENCH_MAX_SAMPLES);
 		} else if (!strcmp(a, "--threads")) {
-			g.threads = (int)parse_num(a, v, 0, 1024);
-		} else if (!strcmp(a, "--dir") && v) {
-			g.dir = v;
+			g.threads = (int)bench_parse_num(a, v, 0, 1024);
 		} else {
-			fprintf(stderr, "dvar_bench_io: unknown or incomplete option '%s'\n", a);
-			usage(stderr);
-			return 2;
+			bench_bad_option(a);
 		}
 		i++;
 	}
 
-	snprintf(tmpl, sizeof(tmpl), "%s/dvar-bench-XXXXXX", g.dir);
-	if (!mkdtemp(tmpl))
-		fatal("cannot create a scratch directory in %s: %s", g.dir, strerror(errno));
-	g.scratch = tmpl;
-	g.cold = drop_caches() == 0;
+	if (bench_scratch_create(g.dir, "dvar-bench", NULL) != 0)
+		bench_fatal("cannot create a scratch directory in %s: %s", g.dir, strerror(errno));
+	g.cold = bench_drop_caches() == 0;
 
 	mixed = make_mixed_layout(g.size);
 	add_tensor(&table, 0, g.size, 2, 128);
-	src = alloc_prefaulted(g.size);
-	dst = alloc_prefaulted(g.size);
+	src = bench_alloc_prefaulted(g.size);
+	dst = bench_alloc_prefaulted(g.size);
 
 	fprintf(stderr, "dvar %s, %llu MiB per case, %d run(s), scratch %s, reads %s\n",
-	        dvar_version(), (unsigned long long)(g.size / MIB), g.runs, g.scratch,
+	        dvar_version(), (unsigned long long)(g.size / BENCH_MIB), g.runs, bench_scratch(),
 	        g.cold ? "cold" : "warm (could not drop caches)");
 	for (int run = 0; run < g.runs; run++)
 		one_run(run, &mixed, &table, src, dst);
 	report(&mixed);
 
-	remove_tree(g.scratch);
+	bench_scratch_remove();
 	free(mixed.t);
 	free(table.t);
 	munmap(src, g.size);

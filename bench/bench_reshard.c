@@ -21,10 +21,8 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <limits.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,18 +30,14 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "benchutil.h"
 #include "dvar/dvar.h"
 
-#define MIB (1024ull * 1024ull)
-#define GIB(bytes) ((double)(bytes) / (1024.0 * MIB))
-#define IO_BLOCK (4 * MIB)
-#define PIECE_BYTES (8 * MIB) /* rows generated (and compared) at a time */
-#define MAX_REPEAT 99
+#define PIECE_BYTES (8 * BENCH_MIB) /* rows generated (and compared) at a time */
+#define MAX_REPEAT BENCH_MAX_SAMPLES
 #define MAX_SHARDS 64
 #define SAMPLE_ROWS 16 /* pseudo-random rows compared per output, besides the edges */
 #define PROGRAM "dvar_bench_reshard"
@@ -102,121 +96,19 @@ static struct {
 	unsigned char *piece; /* PIECE_BYTES, for generating and comparing rows */
 } g;
 
-/* ------------------------------------------------------------------ cleanup */
-
-static int remove_entry(const char *path, const struct stat *st, int type, struct FTW *ftw)
-{
-	remove(path);
-	return 0;
-}
-
-static void remove_tree(const char *path)
-{
-	nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
-
-/* On Ctrl-C (or SIGTERM, SIGHUP): stop the running dvar child, then remove
- * the scratch folder with async-signal-safe calls only (fork, execve). */
-static char *rm_argv[5];
-static volatile sig_atomic_t rm_armed;
+/* On Ctrl-C (or SIGTERM, SIGHUP), before the scratch folder goes: stop the
+ * running dvar child, with async-signal-safe calls only. */
 static volatile pid_t child_pid;
 
-static void on_signal(int sig)
+static void stop_child(void)
 {
 	if (child_pid > 0) {
 		kill(child_pid, SIGKILL);
 		waitpid(child_pid, NULL, 0);
 	}
-	if (rm_armed) {
-		pid_t p = fork();
-
-		if (p == 0) {
-			char *envp[] = { NULL };
-			execve("/bin/rm", rm_argv, envp);
-			_exit(127);
-		}
-		if (p > 0)
-			waitpid(p, NULL, 0);
-	}
-	signal(sig, SIG_DFL);
-	raise(sig);
-}
-
-static void arm_cleanup(void)
-{
-	static char rm[] = "rm", rf[] = "-rf", dd[] = "--";
-
-	rm_argv[0] = rm;
-	rm_argv[1] = rf;
-	rm_argv[2] = dd;
-	rm_argv[3] = g.scratch;
-	rm_argv[4] = NULL;
-	rm_armed = 1;
-	signal(SIGINT, on_signal);
-	signal(SIGTERM, on_signal);
-	signal(SIGHUP, on_signal);
-}
-
-static void fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-
-static void fatal(const char *fmt, ...)
-{
-	va_list ap;
-
-	fprintf(stderr, "%s: ", PROGRAM);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fprintf(stderr, "\n");
-	if (rm_armed) {
-		rm_armed = 0;
-		remove_tree(g.scratch);
-	}
-	exit(1);
-}
-
-static void check(int rc, const char *what)
-{
-	if (rc != DVAR_OK)
-		fatal("%s: %s (%s)", what, dvar_error_last()->message, dvar_strerror(rc));
 }
 
 /* ------------------------------------------------------------------ timing */
-
-static double now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static double cpu_of(const struct rusage *ru)
-{
-	return (double)(ru->ru_utime.tv_sec + ru->ru_stime.tv_sec) +
-	       (double)(ru->ru_utime.tv_usec + ru->ru_stime.tv_usec) * 1e-6;
-}
-
-static double cpu_self(void)
-{
-	struct rusage ru;
-
-	getrusage(RUSAGE_SELF, &ru);
-	return cpu_of(&ru);
-}
-
-static double load_average(void)
-{
-	FILE *f = fopen("/proc/loadavg", "r");
-	double l1 = -1;
-
-	if (f) {
-		if (fscanf(f, "%lf", &l1) != 1)
-			l1 = -1;
-		fclose(f);
-	}
-	return l1;
-}
 
 static void record(int which, double wall, double cpu, uint64_t rss)
 {
@@ -257,18 +149,6 @@ static void fill_rows(float *dst, uint64_t row0, uint64_t nrows)
 	}
 }
 
-/* Anonymous, huge-page-advised and touched now, so no timed section faults. */
-static void *alloc_prefaulted(uint64_t bytes)
-{
-	void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-
-	if (p == MAP_FAILED)
-		fatal("cannot map %llu bytes: %s", (unsigned long long)bytes, strerror(errno));
-	madvise(p, bytes, MADV_HUGEPAGE);
-	memset(p, 0, bytes);
-	return p;
-}
-
 /* Rows per generated piece: whole rows, at most PIECE_BYTES (at least one row). */
 static uint64_t piece_rows(void)
 {
@@ -303,7 +183,7 @@ static void var_shape(dvar_shape *shape)
 {
 	int64_t dims[2] = { (int64_t)g.rows, (int64_t)g.cols };
 
-	check(dvar_shape_init(shape, 2, dims), "dvar_shape_init");
+	bench_check(dvar_shape_init(shape, 2, dims), "dvar_shape_init");
 }
 
 /*
@@ -318,33 +198,33 @@ static void make_input(void)
 	dvar_shape shape;
 	char count[16];
 	uint64_t step = piece_rows();
-	double t0 = now();
+	double t0 = bench_now();
 
 	var_shape(&shape);
 	wo.compress = g.compress;
-	check(dvar_writer_open(&w, g.in_dir, &wo), "input: dvar_writer_open");
+	bench_check(dvar_writer_open(&w, g.in_dir, &wo), "input: dvar_writer_open");
 	for (int k = 0; k < g.in_shards; k++) {
 		dvar_slice sl;
 
 		shard_slice(&shape, g.in_off, k, &sl);
-		check(dvar_writer_begin_slice(w, VAR_NAME, DVAR_FLOAT32, &shape, &sl),
+		bench_check(dvar_writer_begin_slice(w, VAR_NAME, DVAR_FLOAT32, &shape, &sl),
 		      "input: dvar_writer_begin_slice");
 		for (int64_t r = g.in_off[k]; r < g.in_off[k + 1]; r += (int64_t)step) {
 			uint64_t n = (uint64_t)(g.in_off[k + 1] - r) < step ? (uint64_t)(g.in_off[k + 1] - r)
 			                                                     : step;
 
 			fill_rows((float *)g.piece, (uint64_t)r, n);
-			check(dvar_writer_write(w, g.piece, n * g.row_bytes), "input: dvar_writer_write");
+			bench_check(dvar_writer_write(w, g.piece, n * g.row_bytes), "input: dvar_writer_write");
 		}
-		check(dvar_writer_end_slice(w), "input: dvar_writer_end_slice");
+		bench_check(dvar_writer_end_slice(w), "input: dvar_writer_end_slice");
 	}
 	snprintf(count, sizeof count, "%d", g.in_shards);
-	check(dvar_writer_set_attr(w, VAR_NAME, DVAR_STORE_ATTR_KIND, "sharded"), "input: attr");
-	check(dvar_writer_set_attr(w, VAR_NAME, DVAR_SHARDING_ATTR_SHARDS, count), "input: attr");
-	check(dvar_writer_set_attr(w, VAR_NAME, DVAR_SHARDING_ATTR_LAYOUT, "div"), "input: attr");
-	check(dvar_writer_commit(w), "input: dvar_writer_commit");
+	bench_check(dvar_writer_set_attr(w, VAR_NAME, DVAR_STORE_ATTR_KIND, "sharded"), "input: attr");
+	bench_check(dvar_writer_set_attr(w, VAR_NAME, DVAR_SHARDING_ATTR_SHARDS, count), "input: attr");
+	bench_check(dvar_writer_set_attr(w, VAR_NAME, DVAR_SHARDING_ATTR_LAYOUT, "div"), "input: attr");
+	bench_check(dvar_writer_commit(w), "input: dvar_writer_commit");
 	dvar_writer_free(w);
-	g.make_secs = now() - t0;
+	g.make_secs = bench_now() - t0;
 }
 
 /* The input's data files (data-*), in name order, and their total size. */
@@ -359,7 +239,7 @@ static void list_data_files(void)
 	struct dirent *e;
 
 	if (!d)
-		fatal("cannot list %s: %s", g.in_dir, strerror(errno));
+		bench_fatal("cannot list %s: %s", g.in_dir, strerror(errno));
 	while ((e = readdir(d))) {
 		char path[PATH_MAX + 300];
 		struct stat st;
@@ -369,35 +249,21 @@ static void list_data_files(void)
 			continue;
 		snprintf(path, sizeof path, "%s/%s", g.in_dir, e->d_name);
 		if (stat(path, &st) != 0)
-			fatal("stat %s: %s", path, strerror(errno));
+			bench_fatal("stat %s: %s", path, strerror(errno));
 		if (!(p = realloc(g.data_files, (size_t)(g.n_data_files + 1) * sizeof *p)) ||
 		    !(p[g.n_data_files] = strdup(path)))
-			fatal("out of memory");
+			bench_fatal("out of memory");
 		g.data_files = p;
 		g.n_data_files++;
 		g.data_bytes += (uint64_t)st.st_size;
 	}
 	closedir(d);
 	if (g.n_data_files == 0)
-		fatal("the input %s holds no data files", g.in_dir);
+		bench_fatal("the input %s holds no data files", g.in_dir);
 	qsort(g.data_files, (size_t)g.n_data_files, sizeof *g.data_files, cmp_str);
 }
 
 /* ------------------------------------------------------------------ cache */
-
-/* Drop the page cache (root only); 0 when it worked. Dirty pages are flushed first. */
-static int drop_caches(void)
-{
-	int fd, ok;
-
-	sync();
-	fd = open("/proc/sys/vm/drop_caches", O_WRONLY);
-	if (fd < 0)
-		return -1;
-	ok = write(fd, "3\n", 2) == 2;
-	close(fd);
-	return ok ? 0 : -1;
-}
 
 static void fadvise_dontneed(const char *path)
 {
@@ -420,7 +286,7 @@ static void cool(void)
 	struct dirent *e;
 
 	if (g.drop_ok)
-		drop_caches();
+		bench_drop_caches();
 	else
 		sync();
 	if (!(d = opendir(g.in_dir)))
@@ -440,12 +306,7 @@ static void cool(void)
  * `discard` mount issues at the journal commit) done before the next case. */
 static void settle(void)
 {
-	int fd = open(g.scratch, O_RDONLY | O_DIRECTORY);
-
-	if (fd >= 0) {
-		syncfs(fd);
-		close(fd);
-	}
+	bench_syncfs(g.scratch);
 }
 
 /* ------------------------------------------------------------------ raw copy */
@@ -456,7 +317,7 @@ static void write_all(int fd, const unsigned char *buf, uint64_t len, const char
 		ssize_t w = write(fd, buf + done, len - done);
 
 		if (w <= 0)
-			fatal("write %s: %s", path, w < 0 ? strerror(errno) : "nothing written");
+			bench_fatal("write %s: %s", path, w < 0 ? strerror(errno) : "nothing written");
 		done += (uint64_t)w;
 	}
 }
@@ -469,7 +330,7 @@ static void write_all(int fd, const unsigned char *buf, uint64_t len, const char
  */
 static double raw_copy(const char *dst, int direct, unsigned char *buf)
 {
-	double t0 = now();
+	double t0 = bench_now();
 	int out = open(dst, O_WRONLY | O_CREAT | O_TRUNC | (direct ? O_DIRECT : 0), 0644);
 	uint64_t total = 0;
 
@@ -478,20 +339,20 @@ static double raw_copy(const char *dst, int direct, unsigned char *buf)
 		return -1;
 	}
 	if (out < 0)
-		fatal("create %s: %s", dst, strerror(errno));
+		bench_fatal("create %s: %s", dst, strerror(errno));
 	for (int f = 0; f < g.n_data_files; f++) {
 		int in = open(g.data_files[f], O_RDONLY);
 
 		if (in < 0)
-			fatal("open %s: %s", g.data_files[f], strerror(errno));
+			bench_fatal("open %s: %s", g.data_files[f], strerror(errno));
 		for (;;) {
 			uint64_t got = 0;
 			ssize_t r = 1;
 
-			while (got < IO_BLOCK && (r = read(in, buf + got, IO_BLOCK - got)) > 0)
+			while (got < BENCH_IO_BLOCK && (r = read(in, buf + got, BENCH_IO_BLOCK - got)) > 0)
 				got += (uint64_t)r;
 			if (r < 0)
-				fatal("read %s: %s", g.data_files[f], strerror(errno));
+				bench_fatal("read %s: %s", g.data_files[f], strerror(errno));
 			if (got == 0)
 				break;
 			total += got;
@@ -513,7 +374,7 @@ static double raw_copy(const char *dst, int direct, unsigned char *buf)
 					return -1;
 				}
 				if (w != (ssize_t)padded)
-					fatal("write %s: %s", dst, w < 0 ? strerror(errno) : "short write");
+					bench_fatal("write %s: %s", dst, w < 0 ? strerror(errno) : "short write");
 			}
 			if (r == 0)
 				break;
@@ -521,9 +382,9 @@ static double raw_copy(const char *dst, int direct, unsigned char *buf)
 		close(in);
 	}
 	if (ftruncate(out, (off_t)total) != 0 || fsync(out) != 0)
-		fatal("fsync %s: %s", dst, strerror(errno));
+		bench_fatal("fsync %s: %s", dst, strerror(errno));
 	close(out);
-	return now() - t0;
+	return bench_now() - t0;
 }
 
 static void case_raw(int which, unsigned char *buf)
@@ -533,11 +394,11 @@ static void case_raw(int which, unsigned char *buf)
 
 	snprintf(g.out_path, sizeof g.out_path, "%s/raw.bin", g.scratch);
 	cool();
-	c0 = cpu_self();
+	c0 = bench_cpu_self();
 	t = raw_copy(g.out_path, direct, buf);
 	if (t < 0) /* no O_DIRECT here: buffered, and said so in the table */
 		t = raw_copy(g.out_path, 0, buf);
-	record(which, t, cpu_self() - c0, 0);
+	record(which, t, bench_cpu_self() - c0, 0);
 	unlink(g.out_path);
 }
 
@@ -564,7 +425,7 @@ static int launch_main(int argc, char **argv)
 	if (argc < 5)
 		return 125;
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
-	t0 = now();
+	t0 = bench_now();
 	pid = fork();
 	if (pid < 0)
 		return 125;
@@ -585,8 +446,8 @@ static int launch_main(int argc, char **argv)
 		if (errno != EINTR)
 			return 125;
 	printf("%d %d %.9f %.6f %ld\n", WIFEXITED(status) ? 0 : 1,
-	       WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status), now() - t0,
-	       cpu_of(&ru), ru.ru_maxrss);
+	       WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status), bench_now() - t0,
+	       bench_cpu_of(&ru), ru.ru_maxrss);
 	return 0;
 }
 
@@ -607,10 +468,10 @@ static void run_dvar(char *const *args, double *wall, double *cpu, uint64_t *rss
 		argv[n++] = args[i];
 	argv[n] = NULL;
 	if (pipe(fds) != 0)
-		fatal("pipe: %s", strerror(errno));
+		bench_fatal("pipe: %s", strerror(errno));
 	pid = fork();
 	if (pid < 0)
-		fatal("fork: %s", strerror(errno));
+		bench_fatal("fork: %s", strerror(errno));
 	if (pid == 0) {
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		close(fds[0]);
@@ -627,11 +488,11 @@ static void run_dvar(char *const *args, double *wall, double *cpu, uint64_t *rss
 	close(fds[0]);
 	while (waitpid(pid, &status, 0) < 0)
 		if (errno != EINTR)
-			fatal("waitpid: %s", strerror(errno));
+			bench_fatal("waitpid: %s", strerror(errno));
 	child_pid = 0;
 	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 ||
 	    sscanf(out, "%d %d %lf %lf %ld", &signaled, &code, wall, cpu, &maxrss) != 5)
-		fatal("the launcher for `dvar %s` failed (%s %d)", args[1],
+		bench_fatal("the launcher for `dvar %s` failed (%s %d)", args[1],
 		      WIFEXITED(status) ? "exit status" : "signal",
 		      WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
 	if (signaled || code != 0) {
@@ -644,7 +505,7 @@ static void run_dvar(char *const *args, double *wall, double *cpu, uint64_t *rss
 		msg[len] = '\0';
 		while (len && msg[len - 1] == '\n')
 			msg[--len] = '\0';
-		fatal("`%s %s ...` failed (%s %d): %s", g.dvar, args[1],
+		bench_fatal("`%s %s ...` failed (%s %d): %s", g.dvar, args[1],
 		      signaled ? "signal" : "exit status", code, msg);
 	}
 	*rss = (uint64_t)maxrss * 1024;
@@ -700,13 +561,13 @@ static void verify_dvar(const char *path, int64_t slices, const int64_t *off, in
 	size_t i;
 
 	var_shape(&shape);
-	check(dvar_reader_open(&r, path, NULL), "verify: dvar_reader_open");
-	check(dvar_reader_find(r, VAR_NAME, &i), "verify: dvar_reader_find");
-	check(dvar_reader_var(r, i, &info), "verify: dvar_reader_var");
+	bench_check(dvar_reader_open(&r, path, NULL), "verify: dvar_reader_open");
+	bench_check(dvar_reader_find(r, VAR_NAME, &i), "verify: dvar_reader_find");
+	bench_check(dvar_reader_var(r, i, &info), "verify: dvar_reader_var");
 	if (dvar_reader_num_vars(r) != 1 || info.dtype != DVAR_FLOAT32 ||
 	    !dvar_shape_equal(&info.shape, &shape) || info.num_slices != (size_t)slices ||
 	    info.raw_bytes != g.bytes)
-		fatal("%s: expected one float32 [%llu,%llu] variable of %llu bytes in %lld slices; "
+		bench_fatal("%s: expected one float32 [%llu,%llu] variable of %llu bytes in %lld slices; "
 		      "found %zu variables, '%s' in %zu slices, %llu bytes",
 		      path, (unsigned long long)g.rows, (unsigned long long)g.cols,
 		      (unsigned long long)g.bytes, (long long)slices, dvar_reader_num_vars(r),
@@ -714,26 +575,26 @@ static void verify_dvar(const char *path, int64_t slices, const int64_t *off, in
 	for (int64_t k = 0; k < slices; k++) {
 		dvar_slice got, want;
 
-		check(dvar_reader_var_slice(r, i, (size_t)k, &got), "verify: dvar_reader_var_slice");
+		bench_check(dvar_reader_var_slice(r, i, (size_t)k, &got), "verify: dvar_reader_var_slice");
 		shard_slice(&shape, off, k, &want);
 		if (memcmp(&got, &want, sizeof got) != 0)
-			fatal("%s: slice %lld is not rows [%lld, %lld)", path, (long long)k,
+			bench_fatal("%s: slice %lld is not rows [%lld, %lld)", path, (long long)k,
 			      (long long)off[k], (long long)off[k + 1]);
 	}
 	snprintf(count, sizeof count, "%lld", (long long)slices);
 	if (strcmp(attr_or_none(r, i, DVAR_STORE_ATTR_KIND), kind) != 0 ||
 	    strcmp(attr_or_none(r, i, DVAR_SHARDING_ATTR_SHARDS), slices > 1 ? count : "(none)") ||
 	    strcmp(attr_or_none(r, i, DVAR_SHARDING_ATTR_LAYOUT), slices > 1 ? "div" : "(none)"))
-		fatal("%s: attributes kind=%s shards=%s layout=%s, expected kind=%s and %s", path,
+		bench_fatal("%s: attributes kind=%s shards=%s layout=%s, expected kind=%s and %s", path,
 		      attr_or_none(r, i, DVAR_STORE_ATTR_KIND),
 		      attr_or_none(r, i, DVAR_SHARDING_ATTR_SHARDS),
 		      attr_or_none(r, i, DVAR_SHARDING_ATTR_LAYOUT), kind,
 		      slices > 1 ? "shards, layout=div" : "no shards or layout");
-	check(dvar_reader_verify(r, NULL, NULL, &bad), "verify: dvar_reader_verify");
+	bench_check(dvar_reader_verify(r, NULL, NULL, &bad), "verify: dvar_reader_verify");
 	if (bad)
-		fatal("%s: %llu chunks fail their checksums", path, (unsigned long long)bad);
+		bench_fatal("%s: %llu chunks fail their checksums", path, (unsigned long long)bad);
 	if (map)
-		check(dvar_reader_map(r, i, DVAR_MAP_WHOLE, 0, &m), "verify: dvar_reader_map");
+		bench_check(dvar_reader_map(r, i, DVAR_MAP_WHOLE, 0, &m), "verify: dvar_reader_map");
 	for (int k = 0; k < nrows; k++) {
 		const unsigned char *row = NULL;
 
@@ -746,12 +607,12 @@ static void verify_dvar(const char *path, int64_t slices, const int64_t *off, in
 			dvar_slice_full(&one, &shape);
 			one.start[0] = (int64_t)rows[k];
 			one.length[0] = 1;
-			check(dvar_reader_read(r, i, &one, got, g.row_bytes), "verify: dvar_reader_read");
+			bench_check(dvar_reader_read(r, i, &one, got, g.row_bytes), "verify: dvar_reader_read");
 			row = got;
 		}
 		fill_rows((float *)g.piece, rows[k], 1);
 		if (memcmp(row, g.piece, g.row_bytes) != 0)
-			fatal("%s: row %llu differs from the input", path, (unsigned long long)rows[k]);
+			bench_fatal("%s: row %llu differs from the input", path, (unsigned long long)rows[k]);
 	}
 	dvar_reader_unmap(&m);
 	dvar_reader_free(r);
@@ -768,31 +629,31 @@ static void verify_safetensors(const char *path)
 	struct stat st;
 
 	if (fd < 0 || fstat(fd, &st) != 0 || pread(fd, n8, 8, 0) != 8)
-		fatal("%s: cannot read: %s", path, strerror(errno));
+		bench_fatal("%s: cannot read: %s", path, strerror(errno));
 	for (int b = 0; b < 8; b++)
 		hlen |= (uint64_t)n8[b] << (8 * b);
 	if (hlen > (1u << 20) || (uint64_t)st.st_size != 8 + hlen + g.bytes ||
 	    !(hdr = calloc(1, hlen + 1)))
-		fatal("%s: %llu bytes with a %llu-byte header; expected 8 + header + %llu", path,
+		bench_fatal("%s: %llu bytes with a %llu-byte header; expected 8 + header + %llu", path,
 		      (unsigned long long)st.st_size, (unsigned long long)hlen,
 		      (unsigned long long)g.bytes);
 	if (pread(fd, hdr, hlen, 8) != (ssize_t)hlen)
-		fatal("%s: short header", path);
+		bench_fatal("%s: short header", path);
 	snprintf(want, sizeof want,
 	         "\"" VAR_NAME "\":{\"dtype\":\"F32\",\"shape\":[%llu,%llu],\"data_offsets\":[0,%llu]}",
 	         (unsigned long long)g.rows, (unsigned long long)g.cols, (unsigned long long)g.bytes);
 	if (!strstr(hdr, want))
-		fatal("%s: the header lacks %s: %.300s", path, want, hdr);
+		bench_fatal("%s: the header lacks %s: %.300s", path, want, hdr);
 	free(hdr);
 	for (int k = 0; k < nrows; k++) {
 		unsigned char *row = g.piece + PIECE_BYTES - g.row_bytes;
 
 		if (pread(fd, row, g.row_bytes, (off_t)(8 + hlen + rows[k] * g.row_bytes)) !=
 		    (ssize_t)g.row_bytes)
-			fatal("%s: short read of row %llu", path, (unsigned long long)rows[k]);
+			bench_fatal("%s: short read of row %llu", path, (unsigned long long)rows[k]);
 		fill_rows((float *)g.piece, rows[k], 1);
 		if (memcmp(row, g.piece, g.row_bytes) != 0)
-			fatal("%s: row %llu differs from the input", path, (unsigned long long)rows[k]);
+			bench_fatal("%s: row %llu differs from the input", path, (unsigned long long)rows[k]);
 	}
 	close(fd);
 }
@@ -825,7 +686,7 @@ static void case_dvar(int which, int verify_it)
 		verify_dvar(g.out_path, 1, whole, 1);
 	else if (verify_it)
 		verify_safetensors(g.out_path);
-	remove_tree(g.out_path);
+	bench_remove_tree(g.out_path);
 }
 
 /*
@@ -845,7 +706,7 @@ static void case_shard_reads(int verify_it)
 	for (int64_t k = 0; k < g.n_out; k++)
 		if ((uint64_t)(g.out_off[k + 1] - g.out_off[k]) * g.row_bytes > cap)
 			cap = (uint64_t)(g.out_off[k + 1] - g.out_off[k]) * g.row_bytes;
-	buf = alloc_prefaulted(cap);
+	buf = bench_alloc_prefaulted(cap);
 	for (int64_t k = 0; k < g.n_out; k++) {
 		shard_series *s = &g.sh[k];
 		dvar_reader *r = NULL;
@@ -856,16 +717,16 @@ static void case_shard_reads(int verify_it)
 		shard_slice(&shape, g.out_off, k, &sl);
 		s->needed = (uint64_t)sl.length[0] * g.row_bytes;
 		cool();
-		t0 = now();
-		check(dvar_reader_open(&r, g.in_dir, NULL), "dvar_reader_open");
-		check(dvar_reader_find(r, VAR_NAME, &i), "dvar_reader_find");
-		check(dvar_reader_read(r, i, &sl, buf, s->needed), "dvar_reader_read of a target shard");
-		s->wall[s->n++] = now() - t0;
+		t0 = bench_now();
+		bench_check(dvar_reader_open(&r, g.in_dir, NULL), "dvar_reader_open");
+		bench_check(dvar_reader_find(r, VAR_NAME, &i), "dvar_reader_find");
+		bench_check(dvar_reader_read(r, i, &sl, buf, s->needed), "dvar_reader_read of a target shard");
+		s->wall[s->n++] = bench_now() - t0;
 		if (dvar_reader_bytes_read(r) > s->read)
 			s->read = dvar_reader_bytes_read(r);
 		dvar_reader_free(r);
 		if (verify_it && !rows_match(buf, (uint64_t)g.out_off[k], (uint64_t)sl.length[0]))
-			fatal("target shard %lld read back different bytes", (long long)k);
+			bench_fatal("target shard %lld read back different bytes", (long long)k);
 	}
 	munmap(buf, cap);
 }
@@ -897,7 +758,7 @@ static void run_case(int k, int first, unsigned char *copy_buf)
 
 static double last(int which)
 {
-	return g.t[which].n ? g.t[which].wall[g.t[which].n - 1] : 0;
+	return bench_last(g.t[which].wall, g.t[which].n);
 }
 
 static void progress_line(int r)
@@ -908,28 +769,10 @@ static void progress_line(int r)
 	        "repeat %d/%d: raw copy %.2f s, buffered %.2f | reshard %.2f | export %.2f, "
 	        "safetensors %.2f | load %.2f\n",
 	        r + 1, g.repeat, last(T_RAW_DIRECT), last(T_RAW_BUF), last(T_RESHARD),
-	        last(T_EXPORT), last(T_EXPORT_ST), load_average());
+	        last(T_EXPORT), last(T_EXPORT_ST), bench_load_average());
 }
 
 /* ------------------------------------------------------------------ report */
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return (x > y) - (x < y);
-}
-
-static double median_of(const double *src, int n)
-{
-	double v[MAX_REPEAT];
-
-	if (n == 0)
-		return 0;
-	memcpy(v, src, (size_t)n * sizeof *v);
-	qsort(v, (size_t)n, sizeof *v, cmp_double);
-	return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 static double max_of(const double *v, int n)
 {
@@ -940,75 +783,33 @@ static double max_of(const double *v, int n)
 	return m;
 }
 
-static void min_max(const double *v, int n, double *lo, double *hi)
-{
-	*lo = *hi = n ? v[0] : 0;
-	for (int i = 1; i < n; i++) {
-		*lo = v[i] < *lo ? v[i] : *lo;
-		*hi = v[i] > *hi ? v[i] : *hi;
-	}
-}
-
 /* Throughput of a over b (b's time over a's), the median of the per-repeat
  * ratios, so the host's drift between repeats cancels. */
 static double speed_ratio(int a, int b)
 {
-	double v[MAX_REPEAT];
-	int n = g.t[a].n;
-
-	if (n == 0 || g.t[b].n != n)
-		return 0;
-	for (int i = 0; i < n; i++)
-		v[i] = g.t[b].wall[i] / g.t[a].wall[i];
-	return median_of(v, n);
+	return bench_median_ratio(g.t[b].wall, g.t[b].n, g.t[a].wall, g.t[a].n);
 }
 
 /* One table row; base/base_name give the "vs raw" throughput ratio (none: -1). */
 static void row(const char *label, int which, int base, const char *base_name)
 {
 	const series *s = &g.t[which];
-	double lo, hi, med = median_of(s->wall, s->n);
-	char rss[24] = "", vs[48] = "", line[256];
-	int n;
+	double lo, hi, med = bench_median(s->wall, s->n);
+	char rss[24] = "", vs[48] = "";
 
-	min_max(s->wall, s->n, &lo, &hi);
+	bench_min_max(s->wall, s->n, &lo, &hi);
 	if (max_of(s->rss, s->n) > 0)
-		snprintf(rss, sizeof rss, "%8.1f", max_of(s->rss, s->n) / MIB);
+		snprintf(rss, sizeof rss, "%8.1f", max_of(s->rss, s->n) / BENCH_MIB);
 	if (base >= 0)
 		snprintf(vs, sizeof vs, "%.2fx %s", speed_ratio(which, base), base_name);
-	n = snprintf(line, sizeof line, "  %-48s %7.3f [%6.3f-%6.3f] %6.2f %8s %6.2f  %s", label,
-	             med, lo, hi, median_of(s->cpu, s->n), rss, (double)g.bytes / med / 1e9, vs);
-	while (n > 0 && line[n - 1] == ' ')
-		n--;
-	printf("%.*s\n", n, line);
-}
-
-typedef struct {
-	const char *text;
-	double value;
-	double bound;
-	int at_most; /* met when value <= bound, else when value >= bound */
-	const char *unit;
-} goal;
-
-static void print_goals(const goal *gl, int n)
-{
-	int met = 0;
-
-	printf("\ngoals\n");
-	for (int i = 0; i < n; i++) {
-		int ok = gl[i].at_most ? gl[i].value <= gl[i].bound : gl[i].value >= gl[i].bound;
-
-		met += ok;
-		printf("  %-56s %8.3f %-4s (goal %s %g)  %s\n", gl[i].text, gl[i].value, gl[i].unit,
-		       gl[i].at_most ? "<=" : ">=", gl[i].bound, ok ? "met" : "MISSED");
-	}
-	printf("%d of %d goals met\n", met, n);
+	bench_print_row("  %-48s %7.3f [%6.3f-%6.3f] %6.2f %8s %6.2f  %s", label, med, lo, hi,
+	                bench_median(s->cpu, s->n), rss, (double)g.bytes / med / 1e9, vs);
 }
 
 static void report(void)
 {
 	const char *dio = g.direct_ok ? "O_DIRECT" : "buffered (no O_DIRECT here)";
+	static const bench_goal_style style = { 56, 8, 4, 1, 0 };
 	double worst_rss = 0, worst_ratio = 0;
 	char label[128];
 
@@ -1020,11 +821,9 @@ static void report(void)
 	       "saved as %d div shards (data files %llu bytes), compression %s, fsync'ed; "
 	       "written in %.2f s\n",
 	       PROGRAM, dvar_version(), VAR_NAME, (unsigned long long)g.rows,
-	       (unsigned long long)g.cols, (unsigned long long)g.bytes, GIB(g.bytes), g.in_shards,
+	       (unsigned long long)g.cols, (unsigned long long)g.bytes, BENCH_GIB(g.bytes), g.in_shards,
 	       (unsigned long long)g.data_bytes,
-	       g.compress == DVAR_COMPRESS_NONE ? "off" : g.compress == DVAR_COMPRESS_AUTO ? "AUTO"
-	                                                                                   : "LZ4",
-	       g.make_secs);
+	       bench_compress_name(g.compress), g.make_secs);
 	printf("commands: %s reshard IN OUT --shards %d | export IN OUT --single-shard "
 	       "[--format safetensors]\n",
 	       g.dvar, g.out_shards);
@@ -1051,7 +850,7 @@ static void report(void)
 	row(label, T_RESHARD, T_RAW_DIRECT, "raw copy");
 	row("export --single-shard (dvar)", T_EXPORT, T_RAW_DIRECT, "raw copy");
 	row("export --single-shard --format safetensors", T_EXPORT_ST, T_RAW_BUF, "raw buffered");
-	printf("  (`dvar version`, for scale: peak RSS %.1f MiB)\n", (double)g.baseline_rss / MIB);
+	printf("  (`dvar version`, for scale: peak RSS %.1f MiB)\n", (double)g.baseline_rss / BENCH_MIB);
 
 	printf("\nrestoring one target shard of %lld from the %d-shard checkpoint: dvar_reader_read "
 	       "of its rows, cold\n",
@@ -1060,7 +859,7 @@ static void report(void)
 	       "bytes read", "read/needed", "wall s", "GB/s");
 	for (int64_t k = 0; k < g.n_out; k++) {
 		const shard_series *s = &g.sh[k];
-		double med = median_of(s->wall, s->n), q = (double)s->read / (double)s->needed;
+		double med = bench_median(s->wall, s->n), q = (double)s->read / (double)s->needed;
 		char rows[48];
 
 		snprintf(rows, sizeof rows, "[%lld, %lld)", (long long)g.out_off[k],
@@ -1071,15 +870,15 @@ static void report(void)
 		worst_ratio = q > worst_ratio ? q : worst_ratio;
 	}
 
-	goal gl[] = {
+	bench_goal gl[] = {
 		{ "reshard throughput >= 0.8x raw copy", speed_ratio(T_RESHARD, T_RAW_DIRECT), 0.8, 0,
 		  "x" },
 		{ "export (dvar) throughput >= 0.8x raw copy", speed_ratio(T_EXPORT, T_RAW_DIRECT), 0.8,
 		  0, "x" },
-		{ "peak RSS of reshard and export <= 256 MiB", worst_rss / MIB, 256, 1, "MiB" },
+		{ "peak RSS of reshard and export <= 256 MiB", worst_rss / BENCH_MIB, 256, 1, "MiB" },
 		{ "bytes read / needed, one target shard, worst <= 1.05", worst_ratio, 1.05, 1, "x" },
 	};
-	print_goals(gl, (int)(sizeof gl / sizeof gl[0]));
+	bench_print_goals(gl, (int)(sizeof gl / sizeof gl[0]), &style);
 }
 
 /* ------------------------------------------------------------------ setup */
@@ -1108,21 +907,6 @@ static void usage(FILE *f)
 	        MAX_SHARDS, MAX_SHARDS, MAX_REPEAT);
 }
 
-static long parse_num(const char *opt, const char *s, long lo, long hi)
-{
-	char *end;
-	long v;
-
-	errno = 0;
-	v = s ? strtol(s, &end, 10) : 0;
-	if (!s || errno || *end || v < lo || v > hi) {
-		fprintf(stderr, "%s: %s needs a number from %ld to %ld\n", PROGRAM, opt, lo, hi);
-		usage(stderr);
-		exit(2);
-	}
-	return v;
-}
-
 static void parse_args(int argc, char **argv)
 {
 	const char *dvar = NULL;
@@ -1134,48 +918,37 @@ static void parse_args(int argc, char **argv)
 	g.repeat = 5;
 	g.compress = DVAR_COMPRESS_NONE;
 	g.progress = isatty(2);
-	g.dir = getenv("TMPDIR") && getenv("TMPDIR")[0] ? getenv("TMPDIR") : "/tmp";
+	g.dir = bench_default_dir();
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+		int took = bench_common_option(a, v, &g.progress, &g.dir, &g.compress);
 
+		if (took) {
+			i += took - 1;
+			continue;
+		}
 		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
 			usage(stdout);
 			exit(0);
-		} else if (!strcmp(a, "--progress")) {
-			g.progress = 1;
-			continue;
-		} else if (!strcmp(a, "--no-progress")) {
-			g.progress = 0;
-			continue;
 		} else if (!strcmp(a, "--total-mib")) {
-			g.total_mib = (uint64_t)parse_num(a, v, 1, 1 << 20);
+			g.total_mib = (uint64_t)bench_parse_num(a, v, 1, 1 << 20);
 		} else if (!strcmp(a, "--cols")) {
-			g.cols = (uint64_t)parse_num(a, v, 1, 1 << 20);
+			g.cols = (uint64_t)bench_parse_num(a, v, 1, 1 << 20);
 		} else if (!strcmp(a, "--in-shards")) {
-			g.in_shards = (int)parse_num(a, v, 1, MAX_SHARDS);
+			g.in_shards = (int)bench_parse_num(a, v, 1, MAX_SHARDS);
 		} else if (!strcmp(a, "--out-shards")) {
-			g.out_shards = (int)parse_num(a, v, 1, MAX_SHARDS);
+			g.out_shards = (int)bench_parse_num(a, v, 1, MAX_SHARDS);
 		} else if (!strcmp(a, "--repeat")) {
-			g.repeat = (int)parse_num(a, v, 1, MAX_REPEAT);
-		} else if (!strcmp(a, "--dir") && v) {
-			g.dir = v;
+			g.repeat = (int)bench_parse_num(a, v, 1, MAX_REPEAT);
 		} else if (!strcmp(a, "--dvar") && v) {
 			dvar = v;
-		} else if (!strcmp(a, "--compress") && v && !strcmp(v, "none")) {
-			g.compress = DVAR_COMPRESS_NONE;
-		} else if (!strcmp(a, "--compress") && v && !strcmp(v, "auto")) {
-			g.compress = DVAR_COMPRESS_AUTO;
-		} else if (!strcmp(a, "--compress") && v && !strcmp(v, "lz4")) {
-			g.compress = DVAR_COMPRESS_LZ4;
 		} else {
-			fprintf(stderr, "%s: unknown or incomplete option '%s'\n", PROGRAM, a);
-			usage(stderr);
-			exit(2);
+			bench_bad_option(a);
 		}
 		i++;
 	}
 	g.row_bytes = g.cols * 4;
-	g.rows = g.total_mib * MIB / g.row_bytes;
+	g.rows = g.total_mib * BENCH_MIB / g.row_bytes;
 	if (g.rows < (uint64_t)g.in_shards || g.rows < (uint64_t)g.out_shards) {
 		fprintf(stderr, "%s: --total-mib %llu over rows of %llu floats leaves %llu rows, fewer "
 		        "than the shards\n", PROGRAM, (unsigned long long)g.total_mib,
@@ -1200,7 +973,7 @@ static void find_dvar(void)
 
 	if (g.dvar[0]) {
 		if (access(g.dvar, X_OK) != 0)
-			fatal("--dvar %s: %s", g.dvar, strerror(errno));
+			bench_fatal("--dvar %s: %s", g.dvar, strerror(errno));
 		return;
 	}
 	n = readlink("/proc/self/exe", self, sizeof self - 1);
@@ -1220,21 +993,6 @@ static void find_dvar(void)
 	exit(2);
 }
 
-static uint64_t mem_available(void)
-{
-	FILE *f = fopen("/proc/meminfo", "r");
-	char line[256];
-	unsigned long long kb = 0;
-
-	if (!f)
-		return 0;
-	while (fgets(line, sizeof line, f))
-		if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
-			break;
-	fclose(f);
-	return (uint64_t)kb * 1024;
-}
-
 /*
  * At most the input and one output exist at a time (each output is deleted
  * before the next case), each the variable's bytes plus chunk padding: 2x,
@@ -1242,36 +1000,34 @@ static uint64_t mem_available(void)
  */
 static void check_resources(void)
 {
-	uint64_t need = 2 * (g.bytes + g.bytes / 20) + 512 * MIB, avail, mem, shard = 0;
-	struct statvfs vfs;
+	uint64_t need = bench_space_needed(2, g.bytes), avail, mem, shard = 0;
 
-	if (statvfs(g.dir, &vfs) != 0)
-		fatal("cannot use --dir %s: %s", g.dir, strerror(errno));
-	avail = (uint64_t)vfs.f_bavail * vfs.f_frsize;
+	if (bench_free_space(g.dir, &avail) != 0)
+		bench_fatal("cannot use --dir %s: %s", g.dir, strerror(errno));
 	if (avail < need) {
 		fprintf(stderr,
 		        "%s: %s has %.2f GiB free; this run needs %.2f GiB (the %.2f GiB input and one "
 		        "output at a time, plus 5%% and 512 MiB of headroom). Free some space, pass "
 		        "--dir on a larger disk, or lower --total-mib.\n",
-		        PROGRAM, g.dir, GIB(avail), GIB(need), GIB(g.bytes));
+		        PROGRAM, g.dir, BENCH_GIB(avail), BENCH_GIB(need), BENCH_GIB(g.bytes));
 		exit(1);
 	}
 	for (int64_t k = 0; k < g.n_out; k++)
 		if ((uint64_t)(g.out_off[k + 1] - g.out_off[k]) * g.row_bytes > shard)
 			shard = (uint64_t)(g.out_off[k + 1] - g.out_off[k]) * g.row_bytes;
-	mem = mem_available();
-	if (mem && mem < shard + 256 * MIB) {
+	mem = bench_mem_available();
+	if (mem && mem < shard + 256 * BENCH_MIB) {
 		fprintf(stderr,
 		        "%s: %.2f GiB of memory available; restoring a target shard needs %.2f GiB "
 		        "plus 256 MiB. Lower --total-mib or raise --out-shards.\n",
-		        PROGRAM, GIB(mem), GIB(shard));
+		        PROGRAM, BENCH_GIB(mem), BENCH_GIB(shard));
 		exit(1);
 	}
 }
 
 int main(int argc, char **argv)
 {
-	char tmpl[PATH_MAX];
+	static const bench_program prog = { PROGRAM, -1, usage, NULL, NULL };
 	char *version[] = { "dvar", "version", NULL };
 	unsigned char *copy_buf;
 	double wall, cpu;
@@ -1279,32 +1035,31 @@ int main(int argc, char **argv)
 
 	if (argc > 1 && !strcmp(argv[1], "--launch"))
 		return launch_main(argc, argv);
+	bench_init(&prog);
 	parse_args(argc, argv);
 	find_dvar();
-	check(dvar_div_layout((int64_t)g.rows, g.in_shards, g.in_off, &n), "dvar_div_layout");
-	check(dvar_div_layout((int64_t)g.rows, g.out_shards, g.out_off, &g.n_out),
+	bench_check(dvar_div_layout((int64_t)g.rows, g.in_shards, g.in_off, &n), "dvar_div_layout");
+	bench_check(dvar_div_layout((int64_t)g.rows, g.out_shards, g.out_off, &g.n_out),
 	      "dvar_div_layout");
 	check_resources();
-	g.load_start = load_average();
+	g.load_start = bench_load_average();
 	g.direct_ok = 1;
 
-	snprintf(tmpl, sizeof tmpl, "%s/dvar-bench-reshard-XXXXXX", g.dir);
-	if (!mkdtemp(tmpl))
-		fatal("cannot create a scratch folder in %s: %s", g.dir, strerror(errno));
-	snprintf(g.scratch, sizeof g.scratch, "%s", tmpl);
-	arm_cleanup();
+	if (bench_scratch_create(g.dir, "dvar-bench-reshard", stop_child) != 0)
+		bench_fatal("cannot create a scratch folder in %s: %s", g.dir, strerror(errno));
+	snprintf(g.scratch, sizeof g.scratch, "%s", bench_scratch());
 	snprintf(g.in_dir, sizeof g.in_dir, "%s/in", g.scratch);
 	snprintf(g.err_path, sizeof g.err_path, "%s/stderr", g.scratch);
-	g.drop_ok = drop_caches() == 0;
+	g.drop_ok = bench_drop_caches() == 0;
 
 	if (!(g.piece = aligned_alloc(4096, PIECE_BYTES)))
-		fatal("out of memory");
+		bench_fatal("out of memory");
 	if (g.progress)
 		fprintf(stderr, "%s: writing the input, %.2f GiB as %d shards, into %s\n", PROGRAM,
-		        GIB(g.bytes), g.in_shards, g.scratch);
+		        BENCH_GIB(g.bytes), g.in_shards, g.scratch);
 	make_input();
 	list_data_files();
-	copy_buf = alloc_prefaulted(IO_BLOCK);
+	copy_buf = bench_alloc_prefaulted(BENCH_IO_BLOCK);
 
 	run_dvar(version, &wall, &cpu, &g.baseline_rss);
 	for (int r = 0; r < g.repeat; r++) {
@@ -1312,14 +1067,13 @@ int main(int argc, char **argv)
 		 * deleted and synced; the first case moves on by one every repeat. */
 		for (int k = 0; k < K_COUNT; k++)
 			run_case((r + k) % K_COUNT, r == 0, copy_buf);
-		g.load[r] = load_average();
+		g.load[r] = bench_load_average();
 		progress_line(r);
 	}
 	report();
 
-	rm_armed = 0;
-	remove_tree(g.scratch);
-	munmap(copy_buf, IO_BLOCK);
+	bench_scratch_remove();
+	munmap(copy_buf, BENCH_IO_BLOCK);
 	free(g.piece);
 	for (int f = 0; f < g.n_data_files; f++)
 		free(g.data_files[f]);

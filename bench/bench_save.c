@@ -18,28 +18,20 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <mpi.h>
 #include <sched.h>
-#include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "benchutil.h"
 #include "dvar/dvar.h"
 
-#define MIB (1024ull * 1024ull)
-#define GIB(bytes) ((double)(bytes) / (1024.0 * MIB))
-#define IO_BLOCK (4 * MIB)
-#define MAX_REPEAT 99
+#define MAX_REPEAT BENCH_MAX_SAMPLES
 #define PROGRAM "dvar_bench_save"
 
 /* What is timed. The raw and memcpy figures are the machine's limits. */
@@ -91,90 +83,13 @@ typedef struct {
 	double wall, cpu;
 } sample;
 
-/* ------------------------------------------------------------------ cleanup */
-
-static int remove_entry(const char *path, const struct stat *st, int type, struct FTW *ftw)
+/* The last step of a fatal error: the peers go too. */
+static void abort_all(void)
 {
-	remove(path);
-	return 0;
-}
-
-static void remove_tree(const char *path)
-{
-	nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
-
-/* mpirun answers Ctrl-C and a peer's abort with SIGTERM: the chief removes
- * the scratch folder with async-signal-safe calls only (fork, execve). */
-static char *rm_argv[5];
-static volatile sig_atomic_t rm_armed;
-
-static void on_signal(int sig)
-{
-	if (rm_armed) {
-		pid_t p = fork();
-
-		if (p == 0) {
-			char *envp[] = { NULL };
-			execve("/bin/rm", rm_argv, envp);
-			_exit(127);
-		}
-		if (p > 0)
-			waitpid(p, NULL, 0);
-	}
-	signal(sig, SIG_DFL);
-	raise(sig);
-}
-
-static void arm_cleanup(void)
-{
-	static char rm[] = "rm", rf[] = "-rf", dd[] = "--";
-
-	rm_argv[0] = rm;
-	rm_argv[1] = rf;
-	rm_argv[2] = dd;
-	rm_argv[3] = g.scratch;
-	rm_argv[4] = NULL;
-	rm_armed = 1;
-	signal(SIGINT, on_signal);
-	signal(SIGTERM, on_signal);
-	signal(SIGHUP, on_signal);
-}
-
-static void fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-
-static void fatal(const char *fmt, ...)
-{
-	va_list ap;
-
-	fprintf(stderr, "%s: worker %d: ", PROGRAM, g.rank);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fprintf(stderr, "\n");
-	if (g.rank == 0 && rm_armed) {
-		rm_armed = 0;
-		remove_tree(g.scratch);
-	}
 	MPI_Abort(MPI_COMM_WORLD, 1);
-	exit(1);
-}
-
-static void check(int rc, const char *what)
-{
-	if (rc != DVAR_OK)
-		fatal("%s: %s (%s)", what, dvar_error_last()->message, dvar_strerror(rc));
 }
 
 /* ------------------------------------------------------------------ timing */
-
-static double now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 /*
  * A barrier that sleeps instead of spinning: a worker waiting for the chief
@@ -185,7 +100,7 @@ static void quiet_barrier(void)
 {
 	struct timespec pause = { 0, 50000 };
 	MPI_Request req;
-	double t0 = now();
+	double t0 = bench_now();
 	int done = 0;
 
 	MPI_Ibarrier(MPI_COMM_WORLD, &req);
@@ -193,37 +108,27 @@ static void quiet_barrier(void)
 		MPI_Test(&req, &done, MPI_STATUS_IGNORE);
 		if (done)
 			return;
-		if (now() - t0 < 100e-6)
+		if (bench_now() - t0 < 100e-6)
 			sched_yield();
 		else
 			nanosleep(&pause, NULL);
 	}
 }
 
-/* CPU time of every thread of this process (the library's writers too). */
-static double cpu_seconds(void)
-{
-	struct rusage ru;
-
-	getrusage(RUSAGE_SELF, &ru);
-	return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
-	       (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e-6;
-}
-
 /* Start a timed section: every worker leaves the same barrier. */
 static void start_timer(void)
 {
 	quiet_barrier();
-	g.cpu0 = cpu_seconds();
-	g.t0 = now();
+	g.cpu0 = bench_cpu_self();
+	g.t0 = bench_now();
 }
 
 /* This worker's wall and CPU time since start_timer. */
 static sample lap(void)
 {
-	sample s = { now() - g.t0, 0 };
+	sample s = { bench_now() - g.t0, 0 };
 
-	s.cpu = cpu_seconds() - g.cpu0;
+	s.cpu = bench_cpu_self() - g.cpu0;
 	return s;
 }
 
@@ -247,28 +152,7 @@ static void record(int which, sample s)
 	x->cpu[x->n++] = s.cpu;
 }
 
-static double load_average(void)
-{
-	FILE *f = fopen("/proc/loadavg", "r");
-	double l1 = -1;
-
-	if (f) {
-		if (fscanf(f, "%lf", &l1) != 1)
-			l1 = -1;
-		fclose(f);
-	}
-	return l1;
-}
-
 /* ------------------------------------------------------------------ data */
-
-static uint64_t rnd(uint64_t *x)
-{
-	*x ^= *x << 13;
-	*x ^= *x >> 7;
-	*x ^= *x << 17;
-	return *x;
-}
 
 /*
  * Weights as an initializer leaves them: roughly N(0, 0.02^2) (the sum of
@@ -281,23 +165,11 @@ static void fill_weights(float *dst, uint64_t n)
 	uint64_t x = 0x9e3779b97f4a7c15ull;
 
 	for (uint64_t i = 0; i < n; i++) {
-		uint64_t r = rnd(&x);
+		uint64_t r = bench_xorshift(&x);
 		int64_t sum = (int64_t)(r & 0xffff) + (int64_t)(r >> 16 & 0xffff) +
 		              (int64_t)(r >> 32 & 0xffff) + (int64_t)(r >> 48) - 131070;
 		dst[i] = (float)((double)sum * scale);
 	}
-}
-
-/* Anonymous, huge-page-advised and touched now, so no timed section faults. */
-static unsigned char *alloc_prefaulted(uint64_t bytes)
-{
-	void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-
-	if (p == MAP_FAILED)
-		fatal("cannot map %llu bytes: %s", (unsigned long long)bytes, strerror(errno));
-	madvise(p, bytes, MADV_HUGEPAGE);
-	memset(p, 0, bytes);
-	return p;
 }
 
 /* ------------------------------------------------------------------ files */
@@ -311,20 +183,20 @@ static uint64_t data_bytes(const char *ckpt)
 	int files = 0;
 
 	if (!d)
-		fatal("cannot list checkpoint %s: %s", ckpt, strerror(errno));
+		bench_fatal("cannot list checkpoint %s: %s", ckpt, strerror(errno));
 	while ((e = readdir(d))) {
 		struct stat st;
 
 		if (strncmp(e->d_name, "data-", 5) != 0)
 			continue;
 		if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0)
-			fatal("stat %s/%s: %s", ckpt, e->d_name, strerror(errno));
+			bench_fatal("stat %s/%s: %s", ckpt, e->d_name, strerror(errno));
 		sum += (uint64_t)st.st_size;
 		files++;
 	}
 	closedir(d);
 	if (files == 0)
-		fatal("checkpoint %s holds no data files", ckpt);
+		bench_fatal("checkpoint %s holds no data files", ckpt);
 	return sum;
 }
 
@@ -333,7 +205,7 @@ static uint64_t file_bytes(const char *path)
 	struct stat st;
 
 	if (stat(path, &st) != 0)
-		fatal("stat %s: %s", path, strerror(errno));
+		bench_fatal("stat %s: %s", path, strerror(errno));
 	return (uint64_t)st.st_size;
 }
 
@@ -344,39 +216,18 @@ static void ckpt_path(char *out, size_t cap, const char *root, int64_t step)
 
 /*
  * Write bytes sequentially in 4 MiB blocks, then fsync (unless --no-fsync),
- * as bench_io does: O_DIRECT like dvar's writer, buffered where the file
- * system refuses it. Returns seconds.
+ * as bench_io does: O_DIRECT like dvar's writer, buffered (from then on)
+ * where the file system refuses it. Returns seconds.
  */
 static double raw_write(const char *path, const void *buf, uint64_t bytes)
 {
-	int direct = g.direct_ok;
-	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | (direct ? O_DIRECT : 0), 0644);
-	double t0 = now();
+	double t = bench_raw_write(path, buf, bytes, g.direct_ok, g.fsync);
 
-	if (fd < 0 && direct && errno == EINVAL) {
-		direct = g.direct_ok = 0;
-		fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	if (t < 0) {
+		g.direct_ok = 0;
+		t = bench_raw_write(path, buf, bytes, 0, g.fsync);
 	}
-	if (fd < 0)
-		fatal("open %s: %s", path, strerror(errno));
-	for (uint64_t done = 0; done < bytes;) {
-		uint64_t n = bytes - done < IO_BLOCK ? bytes - done : IO_BLOCK;
-		ssize_t w = write(fd, (const char *)buf + done, n);
-
-		if (w < 0 && direct && errno == EINVAL && done == 0) {
-			/* refused at write time (tmpfs): buffered from now on */
-			close(fd);
-			g.direct_ok = 0;
-			return raw_write(path, buf, bytes);
-		}
-		if (w <= 0)
-			fatal("write %s: %s", path, w < 0 ? strerror(errno) : "nothing written");
-		done += (uint64_t)w;
-	}
-	if (g.fsync && fsync(fd) != 0)
-		fatal("fsync %s: %s", path, strerror(errno));
-	close(fd);
-	return now() - t0;
+	return t;
 }
 
 /* After a case: its files gone, and the deletes (and the discards a
@@ -384,14 +235,8 @@ static double raw_write(const char *path, const void *buf, uint64_t bytes)
 static void settle(void)
 {
 	quiet_barrier();
-	if (g.rank == 0) {
-		int fd = open(g.scratch, O_RDONLY | O_DIRECTORY);
-
-		if (fd >= 0) {
-			syncfs(fd);
-			close(fd);
-		}
-	}
+	if (g.rank == 0)
+		bench_syncfs(g.scratch);
 	quiet_barrier();
 }
 
@@ -407,23 +252,23 @@ static void verify(const char *ckpt)
 	char last[32];
 	size_t idx;
 
-	check(dvar_reader_open(&r, ckpt, &ro), "verify: dvar_reader_open");
+	bench_check(dvar_reader_open(&r, ckpt, &ro), "verify: dvar_reader_open");
 	if (dvar_reader_num_vars(r) != (size_t)g.vars)
-		fatal("%s holds %zu variables, expected %d", ckpt, dvar_reader_num_vars(r), g.vars);
+		bench_fatal("%s holds %zu variables, expected %d", ckpt, dvar_reader_num_vars(r), g.vars);
 	for (size_t i = 0; i < dvar_reader_num_vars(r); i++) {
 		dvar_var_info info;
 
-		check(dvar_reader_var(r, i, &info), "verify: dvar_reader_var");
+		bench_check(dvar_reader_var(r, i, &info), "verify: dvar_reader_var");
 		raw += info.raw_bytes;
 	}
 	if (raw != g.unique)
-		fatal("%s holds %llu bytes of values, expected %llu", ckpt, (unsigned long long)raw,
+		bench_fatal("%s holds %llu bytes of values, expected %llu", ckpt, (unsigned long long)raw,
 		      (unsigned long long)g.unique);
 	snprintf(last, sizeof last, "var%03d", g.vars - 1);
-	check(dvar_reader_find(r, last, &idx), "verify: dvar_reader_find");
-	check(dvar_reader_read(r, idx, NULL, g.dst, g.var_bytes), "verify: dvar_reader_read");
+	bench_check(dvar_reader_find(r, last, &idx), "verify: dvar_reader_find");
+	bench_check(dvar_reader_read(r, idx, NULL, g.dst, g.var_bytes), "verify: dvar_reader_read");
 	if (memcmp(g.dst, g.src + (uint64_t)(g.vars - 1) * g.var_bytes, g.var_bytes) != 0)
-		fatal("%s: '%s' reads back different bytes", ckpt, last);
+		bench_fatal("%s: '%s' reads back different bytes", ckpt, last);
 	dvar_reader_free(r);
 }
 
@@ -488,16 +333,16 @@ static void case_one_writer(int64_t step, int verify_it)
 		dvar_writer *w = NULL;
 
 		write_options(&wo);
-		check(dvar_writer_open_step(&w, g.shared_root, step, &wo), "dvar_writer_open_step");
+		bench_check(dvar_writer_open_step(&w, g.shared_root, step, &wo), "dvar_writer_open_step");
 		for (int i = 0; i < g.vars; i++) {
 			char name[32];
 
 			snprintf(name, sizeof name, "var%03d", i);
-			check(dvar_writer_add(w, name, DVAR_FLOAT32, &g.shape, NULL,
+			bench_check(dvar_writer_add(w, name, DVAR_FLOAT32, &g.shape, NULL,
 			                      g.src + (uint64_t)i * g.var_bytes),
 			      "dvar_writer_add");
 		}
-		check(dvar_writer_commit(w), "dvar_writer_commit");
+		bench_check(dvar_writer_commit(w), "dvar_writer_commit");
 		t = lap();
 		dvar_writer_free(w);
 	}
@@ -507,7 +352,7 @@ static void case_one_writer(int64_t step, int verify_it)
 		g.t[T_ONE_WRITER].bytes = data_bytes(ckpt);
 		if (verify_it)
 			verify(ckpt);
-		remove_tree(g.shared_root);
+		bench_remove_tree(g.shared_root);
 	}
 }
 
@@ -527,7 +372,7 @@ static sample case_save(unsigned int flags, int64_t step, int verify_it, uint64_
 	so.write = &wo;
 	so.flags = flags;
 	start_timer();
-	check(dvar_save(g.s, root, step, g.v, (size_t)g.vars, &so), "dvar_save");
+	bench_check(dvar_save(g.s, root, step, g.v, (size_t)g.vars, &so), "dvar_save");
 	t = combine(lap());
 	ckpt_path(ckpt, sizeof ckpt, root, step);
 	if (mine) {
@@ -540,7 +385,7 @@ static sample case_save(unsigned int flags, int64_t step, int verify_it, uint64_
 		*written = sum;
 	quiet_barrier(); /* nobody reads it any more */
 	if (mine)
-		remove_tree(root);
+		bench_remove_tree(root);
 	return t;
 }
 
@@ -581,10 +426,10 @@ static void case_async(int64_t step, int verify_it)
 	write_options(&wo);
 	so.write = &wo;
 	start_timer();
-	check(dvar_save_async(g.s, g.shared_root, step, g.v, (size_t)g.vars, &so),
+	bench_check(dvar_save_async(g.s, g.shared_root, step, g.v, (size_t)g.vars, &so),
 	      "dvar_save_async");
 	stall = lap();
-	check(dvar_save_wait(g.s), "dvar_save_wait");
+	bench_check(dvar_save_wait(g.s), "dvar_save_wait");
 	wait = lap();
 	record(T_STALL, combine(stall));
 	record(T_WAIT, combine(wait));
@@ -599,7 +444,7 @@ static void case_async(int64_t step, int verify_it)
 		g.t[T_WAIT].bytes = data_bytes(ckpt);
 		if (verify_it)
 			verify(ckpt);
-		remove_tree(g.shared_root);
+		bench_remove_tree(g.shared_root);
 	}
 }
 
@@ -631,7 +476,7 @@ static void run_case(int k, int64_t step, int first, int odd)
 
 static double last(int which)
 {
-	return g.t[which].n ? g.t[which].wall[g.t[which].n - 1] : 0;
+	return bench_last(g.t[which].wall, g.t[which].n);
 }
 
 static void progress_line(int r)
@@ -643,54 +488,21 @@ static void progress_line(int r)
 	        "(d) %.3f (e) stall %.3f wait %.3f | memcpy %.3f | load %.2f\n",
 	        r + 1, g.repeat, last(T_RAW_SHARE), last(T_RAW_ONE), last(T_ONE_WRITER),
 	        last(T_EVERY), last(T_SHARED), last(T_SKIP), last(T_STALL), last(T_WAIT),
-	        last(T_MEMCPY), load_average());
+	        last(T_MEMCPY), bench_load_average());
 }
 
 /* ------------------------------------------------------------------ report */
 
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return (x > y) - (x < y);
-}
-
-static double median_of(double *v, int n)
-{
-	if (n == 0)
-		return 0;
-	qsort(v, (size_t)n, sizeof *v, cmp_double);
-	return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 static double median(int which)
 {
-	double v[MAX_REPEAT];
-
-	memcpy(v, g.t[which].wall, (size_t)g.t[which].n * sizeof *v);
-	return median_of(v, g.t[which].n);
-}
-
-static double median_cpu(int which)
-{
-	double v[MAX_REPEAT];
-
-	memcpy(v, g.t[which].cpu, (size_t)g.t[which].n * sizeof *v);
-	return median_of(v, g.t[which].n);
+	return bench_median(g.t[which].wall, g.t[which].n);
 }
 
 /* The median over repeats of a's time over b's from the same repeat, so the
  * host's drift between repeats cancels. */
 static double ratio(int a, int b)
 {
-	double v[MAX_REPEAT];
-	int n = g.t[a].n;
-
-	if (n == 0 || g.t[b].n != n)
-		return 0;
-	for (int i = 0; i < n; i++)
-		v[i] = g.t[a].wall[i] / g.t[b].wall[i];
-	return median_of(v, n);
+	return bench_median_ratio(g.t[a].wall, g.t[a].n, g.t[b].wall, g.t[b].n);
 }
 
 /* The replica check's cost per repeat, (c - d) / d; its median, min and max. */
@@ -701,10 +513,8 @@ static double check_cost(double *lo, double *hi)
 
 	for (int i = 0; i < n; i++)
 		v[i] = (g.t[T_SHARED].wall[i] - g.t[T_SKIP].wall[i]) / g.t[T_SKIP].wall[i];
-	qsort(v, (size_t)n, sizeof *v, cmp_double);
-	*lo = v[0];
-	*hi = v[n - 1];
-	return median_of(v, n);
+	bench_min_max(v, n, lo, hi);
+	return bench_median(v, n);
 }
 
 /* The CPU seconds the check adds per save, all workers together: the
@@ -716,21 +526,17 @@ static double check_cpu(void)
 
 	for (int i = 0; i < n; i++)
 		v[i] = g.t[T_SHARED].cpu[i] - g.t[T_SKIP].cpu[i];
-	return median_of(v, n);
+	return bench_median(v, n);
 }
 
 /* One table row; base/base_name give the "vs limit" time ratio (none: -1). */
 static void row(const char *label, int which, int base, const char *base_name)
 {
 	const series *s = &g.t[which];
-	double lo = s->wall[0], hi = s->wall[0], med = median(which);
-	char bytes[48] = "", vs_a[16] = "", vs_lim[48] = "", line[256];
-	int n;
+	double lo, hi, med = median(which);
+	char bytes[48] = "", vs_a[16] = "", vs_lim[48] = "";
 
-	for (int i = 1; i < s->n; i++) {
-		lo = s->wall[i] < lo ? s->wall[i] : lo;
-		hi = s->wall[i] > hi ? s->wall[i] : hi;
-	}
+	bench_min_max(s->wall, s->n, &lo, &hi);
 	if (s->bytes)
 		snprintf(bytes, sizeof bytes, "%13llu %7.4f", (unsigned long long)s->bytes,
 		         (double)s->bytes / (double)g.unique);
@@ -738,35 +544,9 @@ static void row(const char *label, int which, int base, const char *base_name)
 		snprintf(vs_a, sizeof vs_a, "%.2f", ratio(which, T_ONE_WRITER));
 	if (base >= 0)
 		snprintf(vs_lim, sizeof vs_lim, "%.2fx %s", ratio(which, base), base_name);
-	n = snprintf(line, sizeof line, "  %-46s %7.3f [%6.3f-%6.3f] %6.2f %-21s %6.2f %6s  %s",
-	             label, med, lo, hi, median_cpu(which), bytes, (double)g.unique / med / 1e9,
-	             vs_a, vs_lim);
-	while (n > 0 && line[n - 1] == ' ')
-		n--;
-	printf("%.*s\n", n, line);
-}
-
-typedef struct {
-	const char *text;
-	double value;
-	double bound;
-	const char *unit;
-} goal;
-
-static int print_goals(const goal *gl, int n)
-{
-	int met = 0;
-
-	printf("\ngoals\n");
-	for (int i = 0; i < n; i++) {
-		int ok = gl[i].value <= gl[i].bound;
-
-		met += ok;
-		printf("  %-58s %8.3f %-2s (goal <= %g)  %s\n", gl[i].text, gl[i].value, gl[i].unit,
-		       gl[i].bound, ok ? "met" : "MISSED");
-	}
-	printf("%d of %d goals met\n", met, n);
-	return met;
+	bench_print_row("  %-46s %7.3f [%6.3f-%6.3f] %6.2f %-21s %6.2f %6s  %s", label, med, lo, hi,
+	                bench_median(s->cpu, s->n), bytes, (double)g.unique / med / 1e9, vs_a,
+	                vs_lim);
 }
 
 static void report(void)
@@ -775,26 +555,23 @@ static void report(void)
 	const char *dio = g.direct_ok ? "O_DIRECT" : "buffered";
 	double lo, hi, cost = check_cost(&lo, &hi);
 	uint64_t worst = g.t[T_SHARED].bytes;
+	static const bench_goal_style style = { 58, 8, 2, 1, 0 };
 	char label[96], threads[32];
 
 	worst = g.t[T_SKIP].bytes > worst ? g.t[T_SKIP].bytes : worst;
 	worst = g.t[T_WAIT].bytes > worst ? g.t[T_WAIT].bytes : worst;
-	if (g.threads > 0)
-		snprintf(threads, sizeof threads, "%d", g.threads);
-	else
-		snprintf(threads, sizeof threads, "all %ld", sysconf(_SC_NPROCESSORS_ONLN));
+	bench_threads_text(threads, sizeof threads, g.threads);
 
 	printf("\n%s: dvar %s, W = %d workers x R = %d replicas; %d float32 ON_WRITE variables "
 	       "of %.2f MiB = %llu bytes of unique state\n",
-	       PROGRAM, dvar_version(), g.W, g.R, g.vars, (double)g.var_bytes / MIB,
+	       PROGRAM, dvar_version(), g.W, g.R, g.vars, (double)g.var_bytes / BENCH_MIB,
 	       (unsigned long long)g.unique);
 	printf("compression %s, fsync %s, writer threads %s per worker, %d repeat%s, "
 	       "scratch in %s\n",
-	       g.compress == DVAR_COMPRESS_NONE ? "off" : g.compress == DVAR_COMPRESS_AUTO ? "AUTO"
-	                                                                                   : "LZ4",
-	       g.fsync ? "on" : "off", threads, g.repeat, g.repeat > 1 ? "s" : "", g.dir);
+	       bench_compress_name(g.compress), g.fsync ? "on" : "off", threads, g.repeat,
+	       g.repeat > 1 ? "s" : "", g.dir);
 	printf("load average (1 min): %.2f at start, %.2f at end, on %ld CPUs\n", g.load_start,
-	       load_average(), sysconf(_SC_NPROCESSORS_ONLN));
+	       bench_load_average(), sysconf(_SC_NPROCESSORS_ONLN));
 	printf("wall = from a barrier to the end of the call, slowest worker, median [min-max];\n"
 	       "CPU = user + system seconds of every thread, summed over the workers (median);\n"
 	       "bytes = data files of the new checkpoint(s) (stat), /unique = over the unique "
@@ -827,16 +604,16 @@ static void report(void)
 	printf("raw per worker / raw one file: %.2fx (the lowest (c) / (a) this disk allows)\n",
 	       ratio(T_RAW_SHARE, T_RAW_ONE));
 
-	goal gl[] = {
+	bench_goal gl[] = {
 		{ "bytes written by dvar_save <= 1.001x unique ((c) (d) (e))",
-		  (double)worst / (double)g.unique, 1.001, "x" },
-		{ "(c) dvar_save wall <= 0.6x (a) one writer", ratio(T_SHARED, T_ONE_WRITER), 0.6,
+		  (double)worst / (double)g.unique, 1.001, 1, "x" },
+		{ "(c) dvar_save wall <= 0.6x (a) one writer", ratio(T_SHARED, T_ONE_WRITER), 0.6, 1,
 		  "x" },
-		{ "replica check cost (c - d) / d <= 3%", 100 * cost, 3, "%" },
-		{ "async stall <= 1.2x memcpy of the whole state", ratio(T_STALL, T_MEMCPY), 1.2,
+		{ "replica check cost (c - d) / d <= 3%", 100 * cost, 3, 1, "%" },
+		{ "async stall <= 1.2x memcpy of the whole state", ratio(T_STALL, T_MEMCPY), 1.2, 1,
 		  "x" },
 	};
-	print_goals(gl, (int)(sizeof gl / sizeof gl[0]));
+	bench_print_goals(gl, (int)(sizeof gl / sizeof gl[0]), &style);
 }
 
 /* ------------------------------------------------------------------ setup */
@@ -863,25 +640,6 @@ static void usage(FILE *f)
 	        MAX_REPEAT);
 }
 
-static long parse_num(const char *opt, const char *s, long lo, long hi)
-{
-	char *end;
-	long v;
-
-	errno = 0;
-	v = s ? strtol(s, &end, 10) : 0;
-	if (!s || errno || *end || v < lo || v > hi) {
-		if (g.rank == 0) {
-			fprintf(stderr, "%s: %s needs a number from %ld to %ld\n", PROGRAM, opt, lo,
-			        hi);
-			usage(stderr);
-		}
-		MPI_Finalize();
-		exit(2);
-	}
-	return v;
-}
-
 static void parse_args(int argc, char **argv)
 {
 	g.total_mib = 1024;
@@ -892,10 +650,15 @@ static void parse_args(int argc, char **argv)
 	g.fsync = 1;
 	g.compress = DVAR_COMPRESS_NONE;
 	g.progress = isatty(2);
-	g.dir = getenv("TMPDIR") && getenv("TMPDIR")[0] ? getenv("TMPDIR") : "/tmp";
+	g.dir = bench_default_dir();
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+		int took = bench_common_option(a, v, &g.progress, &g.dir, &g.compress);
 
+		if (took) {
+			i += took - 1;
+			continue;
+		}
 		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
 			if (g.rank == 0)
 				usage(stdout);
@@ -904,45 +667,25 @@ static void parse_args(int argc, char **argv)
 		} else if (!strcmp(a, "--no-fsync")) {
 			g.fsync = 0;
 			continue;
-		} else if (!strcmp(a, "--progress")) {
-			g.progress = 1;
-			continue;
-		} else if (!strcmp(a, "--no-progress")) {
-			g.progress = 0;
-			continue;
 		} else if (!strcmp(a, "--total-mib")) {
-			g.total_mib = (uint64_t)parse_num(a, v, 1, 1 << 20);
+			g.total_mib = (uint64_t)bench_parse_num(a, v, 1, 1 << 20);
 		} else if (!strcmp(a, "--vars")) {
-			g.vars = (int)parse_num(a, v, 1, 4096);
+			g.vars = (int)bench_parse_num(a, v, 1, 4096);
 		} else if (!strcmp(a, "--replicas")) {
-			g.R = (int)parse_num(a, v, 1, 256);
+			g.R = (int)bench_parse_num(a, v, 1, 256);
 		} else if (!strcmp(a, "--repeat")) {
-			g.repeat = (int)parse_num(a, v, 1, MAX_REPEAT);
+			g.repeat = (int)bench_parse_num(a, v, 1, MAX_REPEAT);
 		} else if (!strcmp(a, "--warmup")) {
-			g.warmup = (int)parse_num(a, v, 0, 100);
+			g.warmup = (int)bench_parse_num(a, v, 0, 100);
 		} else if (!strcmp(a, "--threads")) {
-			g.threads = (int)parse_num(a, v, 0, 1024);
-		} else if (!strcmp(a, "--dir") && v) {
-			g.dir = v;
-		} else if (!strcmp(a, "--compress") && v && !strcmp(v, "none")) {
-			g.compress = DVAR_COMPRESS_NONE;
-		} else if (!strcmp(a, "--compress") && v && !strcmp(v, "auto")) {
-			g.compress = DVAR_COMPRESS_AUTO;
-		} else if (!strcmp(a, "--compress") && v && !strcmp(v, "lz4")) {
-			g.compress = DVAR_COMPRESS_LZ4;
+			g.threads = (int)bench_parse_num(a, v, 0, 1024);
 		} else {
-			if (g.rank == 0) {
-				fprintf(stderr, "%s: unknown or incomplete option '%s'\n", PROGRAM,
-				        a);
-				usage(stderr);
-			}
-			MPI_Finalize();
-			exit(2);
+			bench_bad_option(a);
 		}
 		i++;
 	}
 	/* Whole 4 KiB rows of 1024 floats per variable. */
-	g.var_bytes = g.total_mib * MIB / (uint64_t)g.vars / 4096 * 4096;
+	g.var_bytes = g.total_mib * BENCH_MIB / (uint64_t)g.vars / 4096 * 4096;
 	if (g.var_bytes == 0) {
 		if (g.rank == 0)
 			fprintf(stderr,
@@ -966,10 +709,7 @@ static void agree_or_exit(int ok, const char *message)
 	MPI_Allreduce(&mine, &first_bad, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
 	if (g.rank == first_bad)
 		fprintf(stderr, "%s: %s\n", PROGRAM, message);
-	if (g.rank == 0 && rm_armed) {
-		rm_armed = 0;
-		remove_tree(g.scratch);
-	}
+	bench_scratch_remove(); /* armed on the chief alone */
 	MPI_Finalize();
 	exit(1);
 }
@@ -978,21 +718,19 @@ static void agree_or_exit(int ok, const char *message)
  * 512 MiB of headroom. 1 when dir has room; otherwise 0 and why in msg. */
 static int check_space(char *msg, size_t cap)
 {
-	uint64_t need = (uint64_t)g.W * (g.unique + g.unique / 20) + 512 * MIB, avail;
-	struct statvfs vfs;
+	uint64_t need = bench_space_needed((uint64_t)g.W, g.unique), avail;
 
-	if (statvfs(g.dir, &vfs) != 0) {
+	if (bench_free_space(g.dir, &avail) != 0) {
 		snprintf(msg, cap, "cannot use --dir %s: %s", g.dir, strerror(errno));
 		return 0;
 	}
-	avail = (uint64_t)vfs.f_bavail * vfs.f_frsize;
 	if (avail >= need)
 		return 1;
 	snprintf(msg, cap,
 	         "%s has %.2f GiB free; this run needs %.2f GiB at a time (case (b) writes W = %d "
 	         "full copies of the %.2f GiB state at once, plus 5%% and 512 MiB of headroom). "
 	         "Free some space, pass --dir on a larger disk, or lower --total-mib.",
-	         g.dir, GIB(avail), GIB(need), g.W, GIB(g.unique));
+	         g.dir, BENCH_GIB(avail), BENCH_GIB(need), g.W, BENCH_GIB(g.unique));
 	return 0;
 }
 
@@ -1002,21 +740,18 @@ static int check_space(char *msg, size_t cap)
  */
 static void make_scratch(void)
 {
-	char msg[1024] = "", tmpl[4096];
+	char msg[1024] = "";
 	int ok = 1;
 
 	if (g.rank == 0) {
-		snprintf(tmpl, sizeof tmpl, "%s/dvar-bench-save-XXXXXX", g.dir);
 		ok = check_space(msg, sizeof msg);
-		if (ok && !mkdtemp(tmpl)) {
+		if (ok && bench_scratch_create(g.dir, "dvar-bench-save", NULL) != 0) {
 			ok = 0;
 			snprintf(msg, sizeof msg, "cannot create a scratch folder in %s: %s", g.dir,
 			         strerror(errno));
 		}
-		if (ok) {
-			snprintf(g.scratch, sizeof g.scratch, "%s", tmpl);
-			arm_cleanup();
-		}
+		if (ok)
+			snprintf(g.scratch, sizeof g.scratch, "%s", bench_scratch());
 	}
 	MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD);
 	if (!ok)
@@ -1026,28 +761,14 @@ static void make_scratch(void)
 	snprintf(g.every_root, sizeof g.every_root, "%s/every-%d", g.scratch, g.rank);
 }
 
-static uint64_t mem_available(void)
-{
-	FILE *f = fopen("/proc/meminfo", "r");
-	char line[256];
-	unsigned long long kb = 0;
-
-	if (!f)
-		return 0;
-	while (fgets(line, sizeof line, f))
-		if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
-			break;
-	fclose(f);
-	return (uint64_t)kb * 1024;
-}
-
 /*
  * Per machine: each worker holds the source bytes, the memcpy target, its R
  * replicas' components and, for dvar_save_async, staging for its share.
  */
 static void check_memory(void)
 {
-	uint64_t need = (2 + (uint64_t)g.R) * g.unique + g.share_bytes + 256 * MIB, node_need = 0;
+	uint64_t need = (2 + (uint64_t)g.R) * g.unique + g.share_bytes + 256 * BENCH_MIB;
+	uint64_t node_need = 0;
 	MPI_Comm node;
 	int node_rank, ok = 1;
 	char msg[512] = "";
@@ -1056,7 +777,7 @@ static void check_memory(void)
 	MPI_Comm_rank(node, &node_rank);
 	MPI_Reduce(&need, &node_need, 1, MPI_UINT64_T, MPI_SUM, 0, node);
 	if (node_rank == 0) {
-		uint64_t avail = mem_available();
+		uint64_t avail = bench_mem_available();
 
 		if (avail && avail < node_need) {
 			ok = 0;
@@ -1064,7 +785,7 @@ static void check_memory(void)
 			         "this machine has %.2f GiB of memory available; its workers need "
 			         "%.2f GiB ((2 + R) copies of the %.2f GiB state each, plus "
 			         "staging). Lower --total-mib, --replicas or W.",
-			         GIB(avail), GIB(node_need), GIB(g.unique));
+			         BENCH_GIB(avail), BENCH_GIB(node_need), BENCH_GIB(g.unique));
 		}
 	}
 	MPI_Comm_free(&node);
@@ -1098,12 +819,12 @@ static void create_state(void)
 	int64_t dims[2] = { (int64_t)(g.var_bytes / 4096), 1024 };
 
 	so.replicas = g.R;
-	check(dvar_strategy_create(&g.s, &so), "dvar_strategy_create");
+	bench_check(dvar_strategy_create(&g.s, &so), "dvar_strategy_create");
 	if (dvar_strategy_num_workers(g.s) != g.W)
-		fatal("the strategy has %d workers, MPI %d", dvar_strategy_num_workers(g.s), g.W);
-	check(dvar_shape_init(&g.shape, 2, dims), "dvar_shape_init");
+		bench_fatal("the strategy has %d workers, MPI %d", dvar_strategy_num_workers(g.s), g.W);
+	bench_check(dvar_shape_init(&g.shape, 2, dims), "dvar_shape_init");
 	if (!(g.v = calloc((size_t)g.vars, sizeof *g.v)))
-		fatal("out of memory");
+		bench_fatal("out of memory");
 	for (int i = 0; i < g.vars; i++) {
 		dvar_variable_spec spec = DVAR_VARIABLE_SPEC_INIT;
 		char name[32];
@@ -1114,21 +835,29 @@ static void create_state(void)
 		spec.shape = g.shape;
 		spec.initial_value = g.src + (uint64_t)i * g.var_bytes;
 		spec.synchronization = DVAR_SYNC_ON_WRITE;
-		check(dvar_variable_create(&g.v[i], g.s, &spec), "dvar_variable_create");
+		bench_check(dvar_variable_create(&g.v[i], g.s, &spec), "dvar_variable_create");
 	}
+}
+
+static void finalize(void)
+{
+	MPI_Finalize();
 }
 
 int main(int argc, char **argv)
 {
+	static bench_program prog = { PROGRAM, 0, usage, abort_all, finalize };
 	int provided;
 
 	MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
 	MPI_Comm_rank(MPI_COMM_WORLD, &g.rank);
 	MPI_Comm_size(MPI_COMM_WORLD, &g.W);
+	prog.rank = g.rank;
+	bench_init(&prog);
 	parse_args(argc, argv);
 	if (provided < MPI_THREAD_SERIALIZED)
 		agree_or_exit(0, "MPI gives no MPI_THREAD_SERIALIZED support, which dvar needs");
-	g.load_start = load_average();
+	g.load_start = bench_load_average();
 	g.direct_ok = 1;
 	plan_share();
 	make_scratch();
@@ -1138,8 +867,8 @@ int main(int argc, char **argv)
 		fprintf(stderr,
 		        "%s: W = %d, R = %d, %llu bytes of state in %d variables, scratch %s\n",
 		        PROGRAM, g.W, g.R, (unsigned long long)g.unique, g.vars, g.scratch);
-	g.src = alloc_prefaulted(g.unique);
-	g.dst = alloc_prefaulted(g.unique);
+	g.src = bench_alloc_prefaulted(g.unique);
+	g.dst = bench_alloc_prefaulted(g.unique);
 	fill_weights((float *)g.src, g.unique / 4);
 	create_state();
 
@@ -1162,10 +891,7 @@ int main(int argc, char **argv)
 	free(g.v);
 	dvar_strategy_free(g.s);
 	quiet_barrier();
-	if (g.rank == 0) {
-		rm_armed = 0;
-		remove_tree(g.scratch);
-	}
+	bench_scratch_remove(); /* armed on the chief alone */
 	munmap(g.src, g.unique);
 	munmap(g.dst, g.unique);
 	MPI_Finalize();
