@@ -88,6 +88,30 @@ int dvar_variable__restore(dvar_variable *v, const void *value);
  */
 const void *dvar_variable__component(const dvar_variable *v, int local);
 
+/**
+ * The scatter kernels, shared with sharded variables (sharding/sharded.c):
+ * what dvar_variable_scatter checks of op and dtype, and how it applies
+ * rows. The name is TF's ("scatter_add", ...; "?" for an unknown op).
+ */
+const char *dvar_variable__scatter_name(dvar_scatter_op op);
+
+/**
+ * DVAR_OK when op can update dtype: scatter_update any dtype, the others
+ * what dvar_kernel_check allows (every numeric dtype, not bool). Otherwise
+ * DVAR_EINVAL with "<what>: <why>" set (an op outside the enum included).
+ */
+int dvar_variable__scatter_check(int dtype, dvar_scatter_op op, const char *what);
+
+/**
+ * Apply n rows of row_elems elements each (updates, packed) to the rows
+ * indices[0..n) of dst (numbered from dst, in range: not checked), in
+ * order: with duplicate indices the later row wins (UPDATE) or both count
+ * (ADD, SUB, MIN, MAX). The kernels' arithmetic (integers wrap, float16 and
+ * bfloat16 round once per element, MIN and MAX propagate NaN).
+ */
+void dvar_variable__scatter_rows(int dtype, dvar_scatter_op op, void *dst, size_t row_elems,
+                                 const int64_t *indices, size_t n, const void *updates);
+
 /* ---------------------------------------------------------------- strategy hooks */
 
 /**

@@ -776,8 +776,7 @@ static int check_scatter(const dvar_variable *v, dvar_scatter_op op, const int64
 		                      "%s of variable '%s': a scalar has no rows to scatter into", what,
 		                      v->name);
 	snprintf(kwhat, sizeof kwhat, "%s of variable '%s'", what, v->name);
-	if (op != DVAR_SCATTER_UPDATE &&
-	    (rc = dvar_kernel_check(v->dtype, scatter_kops[op], kwhat)) != DVAR_OK)
+	if ((rc = dvar_variable__scatter_check(v->dtype, op, kwhat)) != DVAR_OK)
 		return rc;
 	if (n && (!indices || (!updates && v->row_count)))
 		return dvar_error_set(DVAR_EINVAL, "%s: %s is NULL", kwhat,
@@ -790,24 +789,45 @@ static int check_scatter(const dvar_variable *v, dvar_scatter_op op, const int64
 	return DVAR_OK;
 }
 
-/* Apply n rows, in order: with duplicate indices the later row wins
- * (UPDATE) or both count (ADD, SUB, MIN, MAX). */
-static void scatter_rows(const dvar_variable *v, unsigned char *dst, dvar_scatter_op op,
-                         const int64_t *indices, size_t n, const unsigned char *updates)
+const char *dvar_variable__scatter_name(dvar_scatter_op op)
 {
-	size_t row_bytes = v->row_count * v->esize;
+	if ((int)op < DVAR_SCATTER_UPDATE || (int)op > DVAR_SCATTER_MAX)
+		return "?";
+	return scatter_names[op];
+}
+
+int dvar_variable__scatter_check(int dtype, dvar_scatter_op op, const char *what)
+{
+	if ((int)op < DVAR_SCATTER_UPDATE || (int)op > DVAR_SCATTER_MAX)
+		return dvar_error_set(DVAR_EINVAL, "%s: unknown operator %d", what, (int)op);
+	if (op == DVAR_SCATTER_UPDATE)
+		return DVAR_OK;
+	return dvar_kernel_check(dtype, scatter_kops[op], what);
+}
+
+void dvar_variable__scatter_rows(int dtype, dvar_scatter_op op, void *dst, size_t row_elems,
+                                 const int64_t *indices, size_t n, const void *updates)
+{
+	size_t row_bytes = row_elems * dvar_dtype_size(dtype);
+	const unsigned char *src = updates;
 
 	if (row_bytes == 0)
 		return;
 	for (size_t i = 0; i < n; i++) {
-		unsigned char *row = dst + (size_t)indices[i] * row_bytes;
+		unsigned char *row = (unsigned char *)dst + (size_t)indices[i] * row_bytes;
 
 		if (op == DVAR_SCATTER_UPDATE)
-			memcpy(row, updates + i * row_bytes, row_bytes);
+			memcpy(row, src + i * row_bytes, row_bytes);
 		else
-			dvar_kernel_apply(v->dtype, scatter_kops[op], row, updates + i * row_bytes,
-			                  v->row_count);
+			dvar_kernel_apply(dtype, scatter_kops[op], row, src + i * row_bytes, row_elems);
 	}
+}
+
+/* Apply n rows to one component, in order (dvar_variable__scatter_rows). */
+static void scatter_rows(const dvar_variable *v, unsigned char *dst, dvar_scatter_op op,
+                         const int64_t *indices, size_t n, const unsigned char *updates)
+{
+	dvar_variable__scatter_rows(v->dtype, op, dst, v->row_count, indices, n, updates);
 }
 
 /*

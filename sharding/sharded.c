@@ -4,7 +4,10 @@
  * i held by worker i mod W and nowhere else; creation (the spec agreed by
  * every worker, each owner filling its shards), reads with
  * ShardedVariable.__getitem__'s rules (rows fetched from their owners),
- * dense updates, and the row fetch that embedding lookups share (lookup.c).
+ * dense updates, sparse row updates (scatter: every update sent to the
+ * owner of its row), and the row fetch that embedding lookups share
+ * (lookup.c); the fetch's requests and the scatter's updates travel through
+ * the same step (send_to_owners).
  *
  * Every call that involves other workers is made from the thread that owns
  * the strategy and is built on the runtime's cross-worker steps
@@ -254,16 +257,75 @@ static int serve_requests(const dvar_sharded_variable *v, const unsigned char *r
 	return DVAR_OK;
 }
 
+/*
+ * One all-to-all to the owners of rows: item i (the row number rows[i],
+ * then item_bytes from items + i * item_bytes) goes to the worker that
+ * holds row rows[i]. Each owner's part is hdr_bytes of hdr and then its
+ * items, in the order of rows; a worker sent no item gets an empty part
+ * (no header). On success count[o] (W entries) is how many items went to
+ * worker o, and *recv and recv_bytes are dvar_strategy__all_to_all's: what
+ * every worker sent this one, packed in worker order. local_rc != DVAR_OK
+ * joins the step and fails it on every worker (count, recv_bytes may then
+ * be NULL). Shared by the row fetch (requests) and row updates.
+ */
+static int send_to_owners(dvar_sharded_variable *v, int local_rc, const void *hdr,
+                          size_t hdr_bytes, const int64_t *rows, size_t m, const void *items,
+                          size_t item_bytes, uint64_t *count, void **recv, uint64_t *recv_bytes,
+                          const char *step)
+{
+	int W = v->W, rc = local_rc;
+	uint64_t *sizes = NULL, *pos, total = 0, each = 8 + (uint64_t)item_bytes;
+	unsigned char *send = NULL;
+
+	if (rc == DVAR_OK && !(sizes = calloc(2 * (size_t)W, sizeof *sizes)))
+		rc = dvar_error_set(DVAR_ENOMEM, "%s: out of memory", step);
+	if (rc == DVAR_OK) {
+		pos = sizes + W;
+		memset(count, 0, (size_t)W * sizeof *count);
+		for (size_t i = 0; i < m; i++)
+			count[dvar_sharded__owner(v, shard_of(v, rows[i]))]++;
+		for (int o = 0; o < W; o++) {
+			sizes[o] = count[o] ? hdr_bytes + each * count[o] : 0;
+			pos[o] = total;
+			total += sizes[o];
+		}
+		if ((uint64_t)(size_t)total != total || !(send = malloc(total ? (size_t)total : 1))) {
+			rc = dvar_error_set(DVAR_ENOMEM, "%s: out of memory for %llu bytes", step,
+			                    (unsigned long long)total);
+		} else {
+			for (int o = 0; o < W; o++) {
+				if (!count[o] || hdr_bytes == 0)
+					continue;
+				memcpy(send + pos[o], hdr, hdr_bytes);
+				pos[o] += hdr_bytes;
+			}
+			for (size_t i = 0; i < m; i++) {
+				int o = dvar_sharded__owner(v, shard_of(v, rows[i]));
+
+				put64(send + pos[o], rows[i]);
+				if (item_bytes)
+					memcpy(send + pos[o] + 8, (const unsigned char *)items + i * item_bytes,
+					       item_bytes);
+				pos[o] += each;
+			}
+		}
+	}
+	rc = dvar_strategy__all_to_all(v->s, rc, send, sizes, recv, recv_bytes, step);
+	free(send);
+	free(sizes);
+	return rc;
+}
+
 int dvar_sharded__fetch(dvar_sharded_variable *v, int local_rc, const int64_t *rows, size_t m,
                         const dvar_sharded__sel *sel, void *dst, const char *what)
 {
 	int W = v->W, inner = v->shape.rank > 1 ? v->shape.rank - 1 : 0;
 	size_t hdr = (size_t)inner * 3 * sizeof(int64_t);
 	uint64_t ib = selected_elems(v, sel) * v->esize;
-	uint64_t *sizes = NULL; /* W each: send, receive, reply, replies received, count */
+	uint64_t *sizes = NULL; /* W each: requests received, reply, replies received, count */
 	dvar_sharded__sel full[DVAR_MAX_RANK];
-	uint64_t total = 0;
-	unsigned char *req = NULL, *reply = NULL;
+	unsigned char hdrbuf[DVAR_MAX_RANK * 3 * sizeof(int64_t)];
+	unsigned char *reply = NULL;
 	void *recv = NULL;
 	char step[DVAR_ERROR_MESSAGE_MAX];
 	int rc = local_rc;
@@ -287,68 +349,41 @@ int dvar_sharded__fetch(dvar_sharded_variable *v, int local_rc, const int64_t *r
 		}
 		sel = full;
 	}
-	if (rc == DVAR_OK && !(sizes = calloc(5 * (size_t)W, sizeof *sizes)))
-		rc = dvar_error_set(DVAR_ENOMEM, "%s: out of memory", what);
-	if (rc == DVAR_OK) {
-		uint64_t *count = sizes + 4 * W, *pos = sizes + 3 * W;
-
-		for (size_t i = 0; i < m; i++)
-			count[dvar_sharded__owner(v, shard_of(v, rows[i]))]++;
-		for (int o = 0; o < W; o++) {
-			sizes[o] = count[o] ? hdr + 8 * count[o] : 0;
-			pos[o] = total;
-			total += sizes[o];
-		}
-		if ((uint64_t)(size_t)total != total || !(req = malloc(total ? (size_t)total : 1))) {
-			rc = dvar_error_set(DVAR_ENOMEM, "%s: out of memory for %llu bytes of requests",
-			                    what, (unsigned long long)total);
-		} else {
-			for (int o = 0; o < W; o++) {
-				if (!count[o])
-					continue;
-				for (int d = 0; d < inner; d++) {
-					put64(req + pos[o] + (size_t)d * 24, sel[d].start);
-					put64(req + pos[o] + (size_t)d * 24 + 8, sel[d].step);
-					put64(req + pos[o] + (size_t)d * 24 + 16, sel[d].count);
-				}
-				pos[o] += hdr;
-			}
-			for (size_t i = 0; i < m; i++) {
-				int o = dvar_sharded__owner(v, shard_of(v, rows[i]));
-
-				put64(req + pos[o], rows[i]);
-				pos[o] += 8;
-			}
-		}
+	for (int d = 0; d < inner; d++) {
+		put64(hdrbuf + (size_t)d * 24, sel[d].start);
+		put64(hdrbuf + (size_t)d * 24 + 8, sel[d].step);
+		put64(hdrbuf + (size_t)d * 24 + 16, sel[d].count);
 	}
+	if (rc == DVAR_OK && !(sizes = calloc(4 * (size_t)W, sizeof *sizes)))
+		rc = dvar_error_set(DVAR_ENOMEM, "%s: out of memory", what);
 	snprintf(step, sizeof step, "%s (requests)", what);
-	rc = dvar_strategy__all_to_all(v->s, rc, req, sizes, &recv, sizes ? sizes + W : NULL, step);
-	free(req);
+	rc = send_to_owners(v, rc, hdrbuf, hdr, rows, m, NULL, 0, sizes ? sizes + 3 * W : NULL, &recv,
+	                    sizes, step);
 	if (rc != DVAR_OK)
 		goto done;
 
-	rc = serve_requests(v, recv, sizes + W, &reply, sizes + 2 * W, what);
+	rc = serve_requests(v, recv, sizes, &reply, sizes + W, what);
 	free(recv);
 	recv = NULL;
 	snprintf(step, sizeof step, "%s (rows)", what);
-	rc = dvar_strategy__all_to_all(v->s, rc, reply, sizes + 2 * W, &recv, sizes + 3 * W, step);
+	rc = dvar_strategy__all_to_all(v->s, rc, reply, sizes + W, &recv, sizes + 2 * W, step);
 	if (rc != DVAR_OK)
 		goto done;
 
 	/* Back in the order asked: each owner answered its rows in that order. */
 	{
-		uint64_t *count = sizes + 4 * W, *cursor = sizes + 2 * W, at = 0;
+		uint64_t *count = sizes + 3 * W, *cursor = sizes + W, at = 0;
 
 		for (int o = 0; o < W; o++) {
-			if (sizes[3 * W + o] != count[o] * ib) {
+			if (sizes[2 * W + o] != count[o] * ib) {
 				rc = dvar_error_set(DVAR_ECOMM,
 				                    "%s: worker %d sent %llu bytes of rows, %llu were asked for",
-				                    what, o, (unsigned long long)sizes[3 * W + o],
+				                    what, o, (unsigned long long)sizes[2 * W + o],
 				                    (unsigned long long)(count[o] * ib));
 				goto done;
 			}
 			cursor[o] = at;
-			at += sizes[3 * W + o];
+			at += sizes[2 * W + o];
 		}
 		for (size_t i = 0; i < m && ib > 0; i++) {
 			int o = dvar_sharded__owner(v, shard_of(v, rows[i]));
@@ -1021,4 +1056,115 @@ int dvar_sharded_variable_assign_add(dvar_sharded_variable *v, const void *delta
 int dvar_sharded_variable_assign_sub(dvar_sharded_variable *v, const void *delta)
 {
 	return update(v, delta, UPDATE_SUB);
+}
+
+/* ---------------------------------------------------------------- row updates */
+
+/* Everything about a scatter this worker can check alone, in TF's order:
+ * the layout first (_decompose_indices), then the op, then the arguments. */
+static int check_scatter(const dvar_sharded_variable *v, dvar_scatter_op op,
+                         const int64_t *indices, size_t count, const void *rows,
+                         uint64_t rows_bytes, const char *what)
+{
+	uint64_t need;
+	int rc;
+
+	if (v->shape.rank == 0)
+		return dvar_error_set(DVAR_EINVAL, "%s: a scalar has no rows to scatter into", what);
+	if (!dvar_div_layout_is(v->offsets, v->n))
+		return dvar_error_set(DVAR_ENOTSUPP,
+		                      "%s: scatter_xxx ops are not supported in ShardedVariable that "
+		                      "does not conform to \"div\" sharding",
+		                      what);
+	if ((rc = dvar_variable__scatter_check(v->dtype, op, what)) != DVAR_OK)
+		return rc;
+	if (count > 0 && !indices)
+		return dvar_error_set(DVAR_EINVAL, "%s: indices is NULL", what);
+	need = (uint64_t)count * v->row_bytes;
+	if (count > 0 && v->row_bytes > 0 && need / v->row_bytes != count)
+		return dvar_error_set(DVAR_EINVAL, "%s: %zu indices are too many", what, count);
+	if (need > 0 && !rows)
+		return dvar_error_set(DVAR_EINVAL, "%s: rows is NULL", what);
+	if (rows_bytes != need)
+		return dvar_error_set(DVAR_ESHAPE,
+		                      "%s: rows holds %llu bytes, %zu rows of %zu bytes need %llu", what,
+		                      (unsigned long long)rows_bytes, count, v->row_bytes,
+		                      (unsigned long long)need);
+	for (size_t k = 0; k < count; k++)
+		if (indices[k] < 0 || indices[k] >= v->rows)
+			return dvar_error_set(DVAR_EINVAL,
+			                      "%s: index %lld at position %zu is outside [0, %lld)", what,
+			                      (long long)indices[k], k, (long long)v->rows);
+	return DVAR_OK;
+}
+
+/*
+ * The owner's side: the updates every worker sent (recv, packed in worker
+ * order; each an 8-byte row number and a row), applied in worker order and
+ * then in each worker's order. Checked whole before any row changes.
+ */
+static int apply_updates(dvar_sharded_variable *v, dvar_scatter_op op, const unsigned char *recv,
+                         const uint64_t *recv_bytes, const char *what)
+{
+	uint64_t each = 8 + (uint64_t)v->row_bytes;
+
+	for (int pass = 0; pass < 2; pass++) {
+		const unsigned char *p = recv;
+
+		for (int w = 0; w < v->W; w++) {
+			uint64_t k = recv_bytes[w] / each;
+
+			if (pass == 0 && recv_bytes[w] % each != 0)
+				return dvar_error_set(DVAR_ECOMM,
+				                      "%s: worker %d sent malformed updates (%llu bytes)", what,
+				                      w, (unsigned long long)recv_bytes[w]);
+			for (uint64_t j = 0; j < k; j++) {
+				const unsigned char *item = p + j * each;
+				int64_t r = get64(item), i;
+
+				if (pass == 0) {
+					if (r < 0 || r >= v->rows ||
+					    dvar_sharded__owner(v, shard_of(v, r)) != v->worker)
+						return dvar_error_set(DVAR_ECOMM,
+						                      "%s: worker %d sent worker %d an update of "
+						                      "row %lld, which it does not hold",
+						                      what, w, v->worker, (long long)r);
+					continue;
+				}
+				i = shard_of(v, r);
+				r -= v->offsets[i];
+				dvar_variable__scatter_rows(v->dtype, op, v->data[i], (size_t)v->row_elems, &r,
+				                            1, item + 8);
+			}
+			p += recv_bytes[w];
+		}
+	}
+	return DVAR_OK;
+}
+
+int dvar_sharded_variable_scatter(dvar_sharded_variable *v, dvar_scatter_op op,
+                                  const int64_t *indices, size_t count, const void *rows,
+                                  uint64_t rows_bytes)
+{
+	const char *name = dvar_variable__scatter_name(op);
+	char what[DVAR_ERROR_MESSAGE_MAX];
+	uint64_t *sizes = NULL; /* W each: received, sent per owner */
+	void *recv = NULL;
+	int rc;
+
+	if (!v)
+		return dvar_error_set(DVAR_EINVAL, "dvar_sharded_variable_scatter: variable is NULL");
+	snprintf(what, sizeof what, "%s of sharded variable '%s'",
+	         strcmp(name, "?") ? name : "scatter", v->name);
+	rc = check_scatter(v, op, indices, count, rows, rows_bytes, what);
+	if (rc == DVAR_OK && !(sizes = calloc(2 * (size_t)v->W, sizeof *sizes)))
+		rc = dvar_error_set(DVAR_ENOMEM, "%s: out of memory", what);
+	/* Nothing changes anywhere unless every worker's checks passed. */
+	rc = send_to_owners(v, rc, NULL, 0, indices, rc == DVAR_OK ? count : 0, rows, v->row_bytes,
+	                    sizes ? sizes + v->W : NULL, &recv, sizes, what);
+	if (rc == DVAR_OK)
+		rc = apply_updates(v, op, recv, sizes, what);
+	free(recv);
+	free(sizes);
+	return rc;
 }

@@ -280,6 +280,31 @@ DVAR_EXTERN(int) dvar_sharded_variable_assign_add(dvar_sharded_variable *v, cons
 DVAR_EXTERN(int) dvar_sharded_variable_assign_sub(dvar_sharded_variable *v, const void *delta);
 
 /**
+ * Collective: sparse row updates (TF's ShardedVariable.scatter_update,
+ * scatter_add, ...; what a training loop applies embedding gradients
+ * with). Each worker passes its own indices[0..count) (count may differ
+ * between workers, 0 included) and rows: count rows of the full shape
+ * without axis 0, packed. Every update goes to the owner of its row (one
+ * all-to-all). Order: each owner applies the updates in worker order, then
+ * in each worker's index order, so duplicate indices are applied in that
+ * order (the last scatter_update wins; adds and the others all count) and
+ * the result, the same on every run, equals applying every worker's
+ * (indices, rows), concatenated in worker order, to an unsharded variable
+ * (dvar_variable_scatter). Ops and dtypes as dvar_variable_scatter:
+ * scatter_update any dtype, the others not bool (DVAR_EINVAL). Every check
+ * runs before any row moves, and a failure on one worker fails the call on
+ * every worker with nothing changed: a layout that is not "div" is
+ * DVAR_ENOTSUPP with TF's "scatter_xxx ops are not supported in
+ * ShardedVariable that does not conform to \"div\" sharding"; an index
+ * outside [0, rows) is DVAR_EINVAL naming the index and its position, and
+ * the worker when there are several ("worker 1: ..."); rows_bytes must equal count x the row bytes (DVAR_ESHAPE naming
+ * both). Scalars have no rows (DVAR_EINVAL).
+ */
+DVAR_EXTERN(int) dvar_sharded_variable_scatter(dvar_sharded_variable *v, dvar_scatter_op op,
+                                               const int64_t *indices, size_t count,
+                                               const void *rows, uint64_t rows_bytes);
+
+/**
  * Collective: each worker looks up its own ids[0..count) (count may differ
  * between workers, 0 included); dst receives count rows (the full shape
  * without axis 0, each), in the order of the ids. Ids go to the workers that

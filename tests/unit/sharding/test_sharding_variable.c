@@ -6,8 +6,11 @@
  * (sharded_variable_test's test_assign), reads with __getitem__'s rules
  * (test_slicing, other axes, errors), embedding lookup (test_embedding_lookup,
  * "mod" refused, random ids against a direct gather with a different id
- * count on every worker, max_norm), and creation errors, including workers
- * that disagree on the spec.
+ * count on every worker, max_norm), sparse row updates (scatter: TF's
+ * test_scatter_add_uneven_partition and test_scatter_ops_even_partition,
+ * random updates with duplicates and a different count on every worker,
+ * each against an unsharded computation, and errors), and creation errors,
+ * including workers that disagree on the spec.
  *
  * The same program runs alone and under `mpirun -np 2` and `-np 3`: every
  * expectation is computed from the worker count and id, every rank makes
@@ -23,6 +26,7 @@
 #include "core/core.h"
 #include "dvar/sharding.h"
 #include "runtime/engine.h"
+#include "sharding/sharded.h" /* the offsets, to fake a layout that is not "div" */
 
 /* ---------------------------------------------------------------- helpers */
 
@@ -957,6 +961,293 @@ static int failing_init(void *arg, int dtype, const dvar_shape *shape, const int
 	return DVAR_OK;
 }
 
+/* ---------------------------------------------------------------- scatter */
+
+/* The unsharded reference: op applied to full (rows of row elements) in
+ * the order of idx, as dvar_variable_scatter applies it. */
+static void scatter_ref(dvar_scatter_op op, double *full, size_t row, const int64_t *idx,
+                        size_t n, const double *upd)
+{
+	for (size_t k = 0; k < n; k++) {
+		for (size_t e = 0; e < row; e++) {
+			double *x = &full[(size_t)idx[k] * row + e], u = upd[k * row + e];
+
+			switch (op) {
+			case DVAR_SCATTER_UPDATE: *x = u; break;
+			case DVAR_SCATTER_ADD: *x += u; break;
+			case DVAR_SCATTER_SUB: *x -= u; break;
+			case DVAR_SCATTER_MIN: *x = u < *x ? u : *x; break;
+			case DVAR_SCATTER_MAX: *x = u > *x ? u : *x; break;
+			}
+		}
+	}
+}
+
+static void scatter_ok(dvar_sharded_variable *v, dvar_scatter_op op, const int64_t *idx, size_t n,
+                       const void *rows, uint64_t bytes)
+{
+	if (dvar_sharded_variable_scatter(v, op, idx, n, n ? rows : NULL, bytes) != DVAR_OK)
+		fail_msg("scatter %d into %s: %s", (int)op, dvar_sharded_variable_name(v),
+		         dvar_error_last()->message);
+}
+
+/* Reference §2.8, test_scatter_add_uneven_partition: 32x1 as 11/11/10. */
+static void test_sharding_variable__scatter_add_uneven(void **state)
+{
+	dvar_strategy *s = tu_strategy(1, 0);
+	int W = dvar_strategy_num_workers(s), me = dvar_strategy_worker_id(s);
+	dvar_partitioner fixed3 = DVAR_PARTITIONER_FIXED_INIT(3);
+	const int64_t dims[2] = { 32, 1 };
+	static const int64_t idx[6] = { 0, 10, 11, 12, 30, 31 };
+	static const double vals[6] = { 0, 1, 2, 3, 4, 5 };
+	static const float rows[6] = { 0, 1, 2, 3, 4, 5 };
+	dvar_sharded_variable *v = make_sv(s, "sv", DVAR_FLOAT32, 2, dims, &fixed3, NULL);
+	double want[32] = { 0 }, s0[11] = { 0 }, s1[11] = { 0 }, s2[10] = { 0 };
+	size_t n = me == 0 ? 6 : 0;
+
+	(void)state;
+	/* Worker 0 brings the six updates, the others none. */
+	scatter_ok(v, DVAR_SCATTER_ADD, idx, n, rows, n * sizeof(float));
+	/* shard0 gets (0->0, 10->1); shard1 (0->2, 1->3); shard2 (8->4, 9->5). */
+	s0[0] = 0, s0[10] = 1, s1[0] = 2, s1[1] = 3, s2[8] = 4, s2[9] = 5;
+	expect_shard(v, 0, 0, 11, s0);
+	expect_shard(v, 1, 11, 11, s1);
+	expect_shard(v, 2, 22, 10, s2);
+	scatter_ref(DVAR_SCATTER_ADD, want, 1, idx, 6, vals);
+	expect_read(v, "", 2, dims, want);
+
+	/* Every worker brings them: applied once per worker. */
+	scatter_ok(v, DVAR_SCATTER_ADD, idx, 6, rows, sizeof rows);
+	for (int w = 0; w < W; w++)
+		scatter_ref(DVAR_SCATTER_ADD, want, 1, idx, 6, vals);
+	expect_read(v, "", 2, dims, want);
+	dvar_sharded_variable_free(v);
+	dvar_strategy_free(s);
+}
+
+/* Reference §2.8, test_scatter_ops_even_partition: 30x1 as 10/10/10, every
+ * op, the updates spread over the workers (update k on worker k mod W). */
+static void test_sharding_variable__scatter_ops_even(void **state)
+{
+	dvar_strategy *s = tu_strategy(1, 0);
+	int W = dvar_strategy_num_workers(s), me = dvar_strategy_worker_id(s);
+	dvar_partitioner fixed3 = DVAR_PARTITIONER_FIXED_INIT(3);
+	const int64_t dims[2] = { 30, 1 };
+	static const int64_t idx[5] = { 0, 10, 12, 21, 22 };
+	static const double vals[5] = { -4, 50, 3, 21, -100 };
+	void *init = iota(DVAR_FLOAT32, 30, 0);
+	dvar_sharded_variable *v = make_sv(s, "even", DVAR_FLOAT32, 2, dims, &fixed3, init);
+
+	(void)state;
+	assert_int_equal(dvar_sharded_variable_num_shards(v), 3);
+	for (int op = DVAR_SCATTER_UPDATE; op <= DVAR_SCATTER_MAX; op++) {
+		int64_t mine[5];
+		float rows[5];
+		double want[30];
+		size_t n = 0;
+
+		assert_int_equal(dvar_sharded_variable_assign(v, init), DVAR_OK);
+		for (int k = 0; k < 5; k++)
+			if (k % W == me) {
+				mine[n] = idx[k];
+				rows[n++] = (float)vals[k];
+			}
+		scatter_ok(v, (dvar_scatter_op)op, mine, n, rows, n * sizeof(float));
+		/* Unsharded: every worker's updates, in worker order. */
+		for (int i = 0; i < 30; i++)
+			want[i] = i;
+		for (int w = 0; w < W; w++)
+			for (int k = 0; k < 5; k++)
+				if (k % W == w)
+					scatter_ref((dvar_scatter_op)op, want, 1, &idx[k], 1, &vals[k]);
+		expect_read(v, "", 2, dims, want);
+	}
+	dvar_sharded_variable_free(v);
+	free(init);
+	dvar_strategy_free(s);
+}
+
+/* Worker w's random updates (the same on every worker that computes them):
+ * a different count on each (none on worker 1), duplicate indices. */
+static size_t random_updates(int w, int64_t *idx, double *upd, size_t row)
+{
+	size_t count = w == 1 ? 0 : 9 + 5 * (size_t)w;
+	uint64_t rng = 777 + (uint64_t)w;
+
+	for (size_t k = 0; k < count; k++) {
+		idx[k] = (int64_t)(tu_rand(&rng) % 37);
+		for (size_t e = 0; e < row; e++)
+			upd[k * row + e] = (double)((int)(tu_rand(&rng) % 17) - 8);
+	}
+	if (count > 3) {
+		idx[1] = idx[0]; /* duplicates: applied in order */
+		idx[count - 1] = idx[0];
+	}
+	return count;
+}
+
+static void test_sharding_variable__scatter_random(void **state)
+{
+	static const int dtypes[] = { DVAR_FLOAT32, DVAR_INT64, DVAR_FLOAT64 };
+	dvar_strategy *s = tu_strategy(2, 0);
+	int W = dvar_strategy_num_workers(s), me = dvar_strategy_worker_id(s);
+	const int64_t dims[2] = { 37, 3 };
+	const size_t row = 3;
+	int64_t idx[64];
+	double upd[64 * 3], full[37 * 3];
+
+	(void)state;
+	for (int i = 0; i < 37 * 3; i++)
+		full[i] = (double)((i * 5) % 11);
+	for (size_t t = 0; t < sizeof dtypes / sizeof dtypes[0]; t++) {
+		for (int shards = 1; shards <= 7; shards += 3) {
+			dvar_partitioner p = DVAR_PARTITIONER_FIXED_INIT(shards);
+			size_t es = dvar_dtype_size(dtypes[t]);
+			void *init = elems(dtypes[t], full, 37 * 3);
+			dvar_sharded_variable *v = make_sv(s, "table", dtypes[t], 2, dims, &p, init);
+
+			for (int op = DVAR_SCATTER_UPDATE; op <= DVAR_SCATTER_MAX; op++) {
+				double want[37 * 3];
+				size_t n = random_updates(me, idx, upd, row);
+				void *rows = elems(dtypes[t], upd, n * row);
+
+				assert_int_equal(dvar_sharded_variable_assign(v, init), DVAR_OK);
+				scatter_ok(v, (dvar_scatter_op)op, idx, n, rows, n * row * es);
+				memcpy(want, full, sizeof want);
+				for (int w = 0; w < W; w++) {
+					size_t m = random_updates(w, idx, upd, row);
+
+					scatter_ref((dvar_scatter_op)op, want, row, idx, m, upd);
+				}
+				expect_read(v, "", 2, dims, want);
+				free(rows);
+			}
+			free(init);
+			dvar_sharded_variable_free(v);
+		}
+	}
+	dvar_strategy_free(s);
+}
+
+static void test_sharding_variable__scatter_errors(void **state)
+{
+	dvar_strategy *s = tu_strategy(1, 0);
+	int W = dvar_strategy_num_workers(s), me = dvar_strategy_worker_id(s);
+	dvar_partitioner fixed3 = DVAR_PARTITIONER_FIXED_INIT(3);
+	const int64_t dims[2] = { 32, 1 };
+	void *init = iota(DVAR_FLOAT32, 32, 0);
+	dvar_sharded_variable *v = make_sv(s, "sv", DVAR_FLOAT32, 2, dims, &fixed3, init);
+	static const int64_t two[2] = { 1, 2 };
+	static const float rows[2] = { 7, 8 };
+	double want[32];
+	dvar_sharded_variable *b, *sc;
+	int rc;
+
+	(void)state;
+	for (int i = 0; i < 32; i++)
+		want[i] = i;
+	assert_int_equal(dvar_sharded_variable_scatter(NULL, DVAR_SCATTER_ADD, two, 2, rows,
+	                                               sizeof rows),
+	                 DVAR_EINVAL);
+	tu_assert_error_contains("variable is NULL");
+
+	/* Shards that do not conform to "div" (12/10/10 for 32 rows): TF's
+	 * NotImplementedError. */
+	v->offsets[1] = 12;
+	assert_int_equal(dvar_sharded_variable_scatter(v, DVAR_SCATTER_ADD, two, 2, rows,
+	                                               sizeof rows),
+	                 DVAR_ENOTSUPP);
+	tu_assert_error_contains("scatter_xxx ops are not supported in ShardedVariable that does "
+	                         "not conform to \"div\" sharding");
+	v->offsets[1] = 11;
+
+	/* An index outside [0, 32) on the last worker fails every worker. */
+	{
+		const int64_t bad[2] = { 1, me == W - 1 ? 32 : 2 };
+
+		assert_int_equal(dvar_sharded_variable_scatter(v, DVAR_SCATTER_ADD, bad, 2, rows,
+		                                               sizeof rows),
+		                 DVAR_EINVAL);
+		tu_assert_error_contains("scatter_add of sharded variable 'sv'");
+		tu_assert_error_contains("index 32 at position 1 is outside [0, 32)");
+		if (W > 1) {
+			char who[32];
+
+			snprintf(who, sizeof who, "worker %d: ", W - 1);
+			tu_assert_error_contains(who);
+		}
+	}
+	{
+		const int64_t neg[1] = { -1 };
+
+		assert_int_equal(dvar_sharded_variable_scatter(v, DVAR_SCATTER_UPDATE, neg, 1, rows, 4),
+		                 DVAR_EINVAL);
+		tu_assert_error_contains("index -1 at position 0 is outside [0, 32)");
+	}
+	/* rows_bytes must be count x 4 (on the last worker, 4 bytes short). */
+	rc = dvar_sharded_variable_scatter(v, DVAR_SCATTER_ADD, two, 2, rows,
+	                                   me == W - 1 ? 4 : sizeof rows);
+	assert_int_equal(rc, DVAR_ESHAPE);
+	tu_assert_error_contains("rows holds 4 bytes, 2 rows of 4 bytes need 8");
+	assert_int_equal(dvar_sharded_variable_scatter(v, DVAR_SCATTER_ADD, two, 2, rows, 12),
+	                 DVAR_ESHAPE);
+	tu_assert_error_contains("rows holds 12 bytes, 2 rows of 4 bytes need 8");
+	assert_int_equal(dvar_sharded_variable_scatter(v, DVAR_SCATTER_ADD, two, 0, NULL, 4),
+	                 DVAR_ESHAPE);
+	assert_int_equal(dvar_sharded_variable_scatter(v, DVAR_SCATTER_ADD, NULL, 2, rows,
+	                                               sizeof rows),
+	                 DVAR_EINVAL);
+	tu_assert_error_contains("indices is NULL");
+	assert_int_equal(dvar_sharded_variable_scatter(v, DVAR_SCATTER_ADD, two, 2, NULL,
+	                                               sizeof rows),
+	                 DVAR_EINVAL);
+	tu_assert_error_contains("rows is NULL");
+	assert_int_equal(dvar_sharded_variable_scatter(v, (dvar_scatter_op)9, two, 2, rows,
+	                                               sizeof rows),
+	                 DVAR_EINVAL);
+	tu_assert_error_contains("unknown operator 9");
+	/* Workers calling different ops fail together (the steps differ). */
+	if (W > 1) {
+		rc = dvar_sharded_variable_scatter(
+		        v, me == W - 1 ? DVAR_SCATTER_SUB : DVAR_SCATTER_ADD, two, 2, rows, sizeof rows);
+		assert_int_equal(rc, DVAR_ECOMM);
+	}
+	/* Nothing changed anywhere; nothing at all is fine. */
+	expect_read(v, "", 2, dims, want);
+	scatter_ok(v, DVAR_SCATTER_ADD, NULL, 0, NULL, 0);
+	expect_read(v, "", 2, dims, want);
+
+	/* bool: scatter_update only, as dvar_variable_scatter. */
+	{
+		const int64_t bdims[1] = { 4 };
+		static const double bwant[4] = { 0, 1, 0, 0 };
+		const unsigned char one = 1;
+		const int64_t i1[1] = { 1 };
+
+		b = make_sv(s, "flags", DVAR_BOOL, 1, bdims, &fixed3, NULL);
+		assert_int_equal(dvar_sharded_variable_scatter(b, DVAR_SCATTER_ADD, i1, 1, &one, 1),
+		                 DVAR_EINVAL);
+		tu_assert_error_contains("scatter_add of sharded variable 'flags'");
+		scatter_ok(b, DVAR_SCATTER_UPDATE, i1, 1, &one, 1);
+		expect_read(b, "", 1, bdims, bwant);
+		dvar_sharded_variable_free(b);
+	}
+	/* A scalar has no rows. */
+	{
+		const float x = 1;
+		const int64_t i0[1] = { 0 };
+
+		sc = make_sv(s, "scalar", DVAR_FLOAT32, 0, NULL, &fixed3, &x);
+		assert_int_equal(dvar_sharded_variable_scatter(sc, DVAR_SCATTER_UPDATE, i0, 1, &x, 4),
+		                 DVAR_EINVAL);
+		tu_assert_error_contains("a scalar has no rows to scatter into");
+		dvar_sharded_variable_free(sc);
+	}
+	dvar_sharded_variable_free(v);
+	free(init);
+	dvar_strategy_free(s);
+}
+
 static void test_sharding_variable__create_errors(void **state)
 {
 	dvar_strategy *s = tu_strategy(1, 0);
@@ -1173,6 +1464,10 @@ int main(void)
 		cmocka_unit_test(test_sharding_variable__embedding_lookup),
 		cmocka_unit_test(test_sharding_variable__embedding_lookup_random),
 		cmocka_unit_test(test_sharding_variable__embedding_lookup_max_norm),
+		cmocka_unit_test(test_sharding_variable__scatter_add_uneven),
+		cmocka_unit_test(test_sharding_variable__scatter_ops_even),
+		cmocka_unit_test(test_sharding_variable__scatter_random),
+		cmocka_unit_test(test_sharding_variable__scatter_errors),
 		cmocka_unit_test(test_sharding_variable__create_errors),
 		cmocka_unit_test(test_sharding_variable__mismatched_calls),
 	};
