@@ -1070,14 +1070,20 @@ static int begin(save_job *j, const char *root, dvar_variable *const *vars, size
 	keep(&j->stage_error, allocate_staging(j));
 	if ((rc = stage(j, PHASE_VALUES)) != DVAR_OK)
 		return rc;
-	point_at_data(j);
 
 	/* Round 3: every worker opens its part and starts writing; the
-	 * replicas are judged meanwhile (a synchronous save checksums them now). */
-	rc = every_worker(j) ? dvar_writer_open_step_part(&j->w, j->root, j->step, j->token, 0, 1,
-	                                                  &j->wopts)
-	                     : dvar_writer_open_step_part(&j->w, j->root, j->step, j->token,
-	                                                  j->worker, j->W, &j->wopts);
+	 * replicas are judged meanwhile (a synchronous save checksums them now).
+	 * A staging failure that no run reported (the list gave the run nothing
+	 * to do) fails here, in the agreement. */
+	if (j->stage_error.code != DVAR_OK) {
+		rc = dvar_error_set(j->stage_error.code, "%s", j->stage_error.message);
+	} else {
+		point_at_data(j);
+		rc = every_worker(j) ? dvar_writer_open_step_part(&j->w, j->root, j->step, j->token,
+		                                                  0, 1, &j->wopts)
+		                     : dvar_writer_open_step_part(&j->w, j->root, j->step, j->token,
+		                                                  j->worker, j->W, &j->wopts);
+	}
 	opened = rc == DVAR_OK;
 	rc = dvar_store__agree(j->s, rc, NULL, 0, NULL, NULL);
 	if (rc == DVAR_OK) {
