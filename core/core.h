@@ -45,8 +45,7 @@ int dvar_error_restore(int code, const char *message);
 
 /* ---------------------------------------------------------------- crc32c */
 
-/** CRC-32C (Castagnoli) of buf, continuing from crc (0 to start). SSE4.2 when available. */
-uint32_t dvar_crc32c_extend(uint32_t crc, const void *buf, size_t len);
+/* dvar_crc32c_extend is public (dvar/core.h). */
 #define dvar_crc32c(buf, len) dvar_crc32c_extend(0, (buf), (len))
 
 /** The CRC of A||B from crc(A), crc(B) and len(B). */

@@ -133,6 +133,13 @@ DVAR_EXTERN(int) dvar_slice_copy(int dtype, const dvar_slice *region,
                                  const void *src, const dvar_slice *src_slice,
                                  void *dst, const dvar_slice *dst_slice);
 
+/**
+ * CRC-32C (Castagnoli) of len bytes at buf, continuing from crc (0 to
+ * start): the checksum dvar keeps of every chunk, for programs that compare
+ * values with what a checkpoint holds. SSE4.2 when the CPU has it.
+ */
+DVAR_EXTERN(uint32_t) dvar_crc32c_extend(uint32_t crc, const void *buf, size_t len);
+
 DVAR_END_DECL
 
 #endif

@@ -13,7 +13,6 @@ import ctypes
 import glob
 import json
 import os
-import pty
 import re
 import shutil
 import subprocess
@@ -23,6 +22,9 @@ import unittest
 import zlib
 
 import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from ptyrun import run_with_tty_stderr  # noqa: E402
 
 DVAR = None  # the command under test
 LIB = None   # libdvar.so, for checkpoints the CLI cannot write
@@ -1927,21 +1929,8 @@ class UsageTest(CliCase):
         ckpt = self.path("ckpt")
         self.import_arrays(ckpt, {"w": np.zeros(1000)})
         for opts, drawn in (([], False), (["--progress"], True)):
-            master, slave = pty.openpty()
-            p = subprocess.run([DVAR, "diff", ckpt, ckpt] + opts, stdout=subprocess.PIPE,
-                               stderr=slave)
-            os.close(slave)
-            err = b""
-            while True:
-                try:
-                    chunk = os.read(master, 4096)
-                except OSError:  # EIO: the terminal has no writer left
-                    break
-                if not chunk:
-                    break
-                err += chunk
-            os.close(master)
-            self.assertEqual(p.returncode, 0)
+            code, _, err = run_with_tty_stderr([DVAR, "diff", ckpt, ckpt] + opts)
+            self.assertEqual(code, 0)
             self.assertEqual(b"\rdiff: 100% (15.6 KiB of 15.6 KiB)" in err, drawn, err)
 
     def test_json_prints_no_progress(self):
