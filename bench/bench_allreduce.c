@@ -27,6 +27,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "benchmpi.h"
 #include "benchutil.h"
 #include "dvar/dvar.h"
 
@@ -314,20 +315,6 @@ static int local_part(float **bufs, float *spare)
 }
 
 /* Wait for worker 0 without spinning on a core it needs. */
-static void sleep_until_released(void)
-{
-	MPI_Request req;
-	int done = 0, token;
-	struct timespec ms = { 0, 1000000 };
-
-	MPI_Irecv(&token, 1, MPI_INT, 0, 77, MPI_COMM_WORLD, &req);
-	while (!done) {
-		MPI_Test(&req, &done, MPI_STATUS_IGNORE);
-		if (!done)
-			nanosleep(&ms, NULL);
-	}
-}
-
 /* Other work on the machine skews every figure: say how busy it was. */
 static void print_load(void)
 {
@@ -446,12 +433,10 @@ int main(int argc, char **argv)
 	/* The local part: worker 0 alone; the others sleep meanwhile. */
 	if (!failed) {
 		if (g.rank == 0) {
-			int token = 1;
 			local_part(bufs, mpi_buf);
-			for (int w = 1; w < g.W; w++)
-				MPI_Send(&token, 1, MPI_INT, w, 77, MPI_COMM_WORLD);
+			bench_mpi_release();
 		} else {
-			sleep_until_released();
+			bench_mpi_hold();
 		}
 	}
 

@@ -33,7 +33,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dvar_features.h"
+#include "runtime/device.h"
 #include "runtime/engine.h"
+#if DVAR_WITH_CUDA
+#include "runtime/cuda/cuda.h"
+#endif
 
 /* ---------------------------------------------------------------- descriptions */
 
@@ -47,7 +52,19 @@ static const char *dtype_text(int dtype, char *tmp, size_t cap)
 	return tmp;
 }
 
+static void describe_call(const dvar_coll_sig *sig, char *buf, size_t cap);
+
 void dvar_coll__describe(const dvar_coll_sig *sig, char *buf, size_t cap)
+{
+	size_t len;
+
+	describe_call(sig, buf, cap);
+	len = strlen(buf);
+	if (sig->where && len + 1 < cap)
+		snprintf(buf + len, cap - len, " on device buffers");
+}
+
+static void describe_call(const dvar_coll_sig *sig, char *buf, size_t cap)
 {
 	unsigned long long seq = (unsigned long long)sig->seq;
 	unsigned long long count = (unsigned long long)sig->count;
@@ -223,6 +240,7 @@ static void go_locked(dvar_strategy *s, int wake)
 static int same_sig(const dvar_coll_sig *a, const dvar_coll_sig *b)
 {
 	return a->kind == b->kind && a->op == b->op && a->dtype == b->dtype && a->root == b->root &&
+	       a->where == b->where &&
 	       a->axis == b->axis && a->rank == b->rank && a->count == b->count &&
 	       a->nbufs == b->nbufs && a->counts_hash == b->counts_hash;
 }
@@ -487,6 +505,41 @@ static void refuse(dvar_replica *r, dvar_coll_args *a, int code)
 	copy_message(r->bad_message, dvar_error_last()->message);
 }
 
+/*
+ * On a CUDA strategy: note in *where whether p (NULL: no say) is device
+ * memory, refusing a call whose buffers are of both kinds. *where starts
+ * at -1.
+ */
+static int buffer_kind(dvar_strategy *s, const void *p, int *where, const char *what)
+{
+	int d;
+
+	if (!p || !dvar_mem_on_device(s))
+		return DVAR_OK;
+	d = dvar_mem_is_device(s, p);
+	if (*where >= 0 && d != *where)
+		return dvar_error_set(DVAR_EINVAL,
+		                      "%s: some buffers are in device memory and some in host memory: "
+		                      "pass buffers of one kind",
+		                      what);
+	*where = d;
+	return DVAR_OK;
+}
+
+/* Set a->sig.where from the buffers' kind (host when no data moves) and,
+ * for device buffers, wait for the replica's stream: the caller's kernels
+ * on it write what the collective reads. */
+static int settle_where(dvar_replica *r, dvar_coll_args *a, int where, int moves)
+{
+	a->sig.where = where > 0 && moves;
+#if DVAR_WITH_CUDA
+	if (a->sig.where)
+		return dvar_cuda_coll_prepare(r, a);
+#endif
+	(void)r;
+	return DVAR_OK;
+}
+
 /* After the data phase: the coordinator's failure, if any (W > 1). */
 static int finish(dvar_replica *r, const dvar_coll_args *a)
 {
@@ -496,7 +549,7 @@ static int finish(dvar_replica *r, const dvar_coll_args *a)
 	int rc = DVAR_OK;
 
 	barrier(s);
-	if (s->W == 1)
+	if (s->W == 1 && !a->sig.where)
 		return DVAR_OK;
 	pthread_mutex_lock(&s->lock);
 	if (s->dp_code != DVAR_OK) {
@@ -774,6 +827,16 @@ int dvar_replica_all_reduce_n(dvar_replica *ctx, dvar_reduce_op op, int dtype, s
 	}
 	a.offsets = off;
 	a.sig.count = total;
+	if (rc == DVAR_OK) {
+		int where = -1;
+
+		for (size_t i = 0; i < n && rc == DVAR_OK; i++)
+			if (counts[i] > 0 && (rc = buffer_kind(ctx->s, src[i], &where, "all_reduce")) ==
+			                             DVAR_OK)
+				rc = buffer_kind(ctx->s, dst[i], &where, "all_reduce");
+		if (rc == DVAR_OK)
+			rc = settle_where(ctx, &a, where, total > 0);
+	}
 	if (rc == DVAR_OK)
 		a.sig.counts_hash = n > 1 ? hash_counts(counts, n) : 0;
 	else
@@ -781,6 +844,11 @@ int dvar_replica_all_reduce_n(dvar_replica *ctx, dvar_reduce_op op, int dtype, s
 
 	rc = enter(ctx, &a);
 	if (rc == DVAR_OK) {
+#if DVAR_WITH_CUDA
+		if (a.sig.where)
+			dvar_cuda_coll_all_reduce(ctx, &a);
+		else
+#endif
 		if (ctx->s->W == 1)
 			all_reduce_local(ctx, &a);
 		else
@@ -872,12 +940,23 @@ int dvar_replica_broadcast(dvar_replica *ctx, int root, int dtype, void *buf, si
 		rc = dvar_error_set(DVAR_EINVAL, "broadcast: %zu elements are too many", count);
 	else if (count > 0 && !buf)
 		rc = dvar_error_set(DVAR_EINVAL, "broadcast: buf is NULL");
+	if (rc == DVAR_OK) {
+		int where = -1;
+
+		if ((rc = buffer_kind(ctx->s, buf, &where, "broadcast")) == DVAR_OK)
+			rc = settle_where(ctx, &a, where, count > 0);
+	}
 	if (rc != DVAR_OK)
 		refuse(ctx, &a, rc);
 
 	rc = enter(ctx, &a);
 	if (rc != DVAR_OK)
 		return rc;
+#if DVAR_WITH_CUDA
+	if (a.sig.where)
+		dvar_cuda_coll_broadcast(ctx, &a);
+	else
+#endif
 	if (ctx->s->W == 1) {
 		const void *from = ctx->s->args[root]->buf;
 
@@ -1013,11 +1092,19 @@ int dvar_replica_all_gather(dvar_replica *ctx, int dtype, const dvar_shape *shap
 		rc = dvar_error_set(DVAR_EINVAL, "all_gather: src is NULL");
 	}
 	if (rc == DVAR_OK) {
+		int where = -1;
+
 		a.sig.rank = shape->rank;
 		for (int i = 0; i < shape->rank; i++)
 			a.sig.dims[i] = i == axis ? 0 : shape->dims[i];
 		a.rows = shape->dims[axis];
-	} else {
+		/* Whether data moves depends on the result, which only the decision
+		 * knows; dst is there whenever it is not empty. */
+		if ((rc = buffer_kind(s, dst, &where, "all_gather")) == DVAR_OK &&
+		    (rc = buffer_kind(s, bytes ? src : NULL, &where, "all_gather")) == DVAR_OK)
+			rc = settle_where(ctx, &a, where, dst != NULL);
+	}
+	if (rc != DVAR_OK) {
 		a.sig.rank = shape && shape->rank >= 0 && shape->rank <= DVAR_MAX_RANK ? shape->rank : 0;
 		refuse(ctx, &a, rc);
 	}
@@ -1027,6 +1114,11 @@ int dvar_replica_all_gather(dvar_replica *ctx, int dtype, const dvar_shape *shap
 		return rc;
 	total = (uint64_t)s->gather_shape.dims[axis];
 	gather_geometry(&s->gather_shape, axis, &outer, &inner);
+#if DVAR_WITH_CUDA
+	if (a.sig.where)
+		dvar_cuda_coll_all_gather(ctx, &a);
+	else
+#endif
 	if (s->W == 1) {
 		for (int j = 0; j < s->R; j++)
 			place_rows(dst, s->args[j]->gsrc, outer, (uint64_t)s->args[j]->rows, inner, total,
@@ -1082,6 +1174,12 @@ void dvar_coll__serve(dvar_strategy *s, const dvar_ctl_record *recs)
 			pthread_mutex_unlock(&s->lock);
 			return;
 		}
+	}
+	if (sig.where) {
+		/* The GPUs move the data themselves, over NCCL. */
+		go_locked(s, 1);
+		pthread_mutex_unlock(&s->lock);
+		return;
 	}
 	/* A replica whose all_reduce data the coordinator moves waits for the
 	 * first chunk: a wake-up now would only take a core from the coordinator. */

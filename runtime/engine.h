@@ -107,6 +107,8 @@ typedef struct {
 	int32_t root;   /* broadcast */
 	int32_t axis;   /* all_gather */
 	int32_t rank;   /* all_gather */
+	int32_t where;  /* the buffers: 0 host memory, 1 device memory (a CUDA strategy) */
+	int32_t zero;   /* 0: no padding bytes, since workers compare signatures with memcmp */
 	uint64_t seq;   /* the k-th collective of the run, from 1 */
 	uint64_t count; /* all_reduce: elements over all buffers; broadcast: elements */
 	uint64_t nbufs; /* all_reduce: buffers */
@@ -237,6 +239,11 @@ struct dvar_strategy {
 	char *scope_name;
 	char **reasons;
 	size_t nreasons;
+
+	/* The CUDA side (a dvar_cuda, runtime/cuda/cuda.h) of a strategy whose
+	 * replicas keep their data on GPUs; NULL on a CPU strategy. */
+	void *cuda;
+	unsigned int flags; /* DVAR_STRATEGY_* */
 
 	/* The store's pending asynchronous save, released by fini at free. */
 	void *store_slot;

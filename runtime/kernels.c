@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "runtime/narrow.h"
 #include "runtime/runtime.h"
 
 /* Elements per block: 8 KiB of accumulator for 64-bit types. */
@@ -30,92 +31,8 @@
 
 /* ---------------------------------------------------------------- narrow floats */
 
-static inline uint32_t f32_bits(float f)
-{
-	uint32_t u;
-
-	memcpy(&u, &f, sizeof u);
-	return u;
-}
-
-static inline float f32_from_bits(uint32_t u)
-{
-	float f;
-
-	memcpy(&f, &u, sizeof f);
-	return f;
-}
-
-/* a where mask is all ones, b where it is zero: a select the vectorizer keeps. */
-static inline uint32_t select32(uint32_t mask, uint32_t a, uint32_t b)
-{
-	return (a & mask) | (b & ~mask);
-}
-
-static inline uint32_t mask32(int cond)
-{
-	return 0u - (uint32_t)cond;
-}
-
-/*
- * binary16 -> float32, exact. Normal numbers move the exponent and mantissa
- * up 13 bits and rebias; infinities and NaNs get the all-ones exponent and
- * keep their mantissa (the payload); subnormals are mantissa * 2^-24, which
- * an integer-to-float conversion computes exactly. No branches, so that
- * loops over it vectorize.
- */
-static inline float f16_to_f32(uint16_t h)
-{
-	uint32_t em = h & 0x7fffu;
-	uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-	uint32_t normal = (em << 13) + ((127u - 15u) << 23);
-	uint32_t special = (em << 13) | 0x7f800000u;
-	uint32_t sub = f32_bits((float)(int32_t)em * 0x1p-24f);
-	uint32_t o = select32(mask32(em >= 0x7c00u), special,
-	                      select32(mask32(em < 0x400u), sub, normal));
-
-	return f32_from_bits(o | sign);
-}
-
-/*
- * float32 -> binary16, round to nearest, ties to even, without branches.
- * Normal results round the mantissa by adding 0xfff plus the lowest kept
- * bit (a carry into the exponent is the right answer, up to infinity).
- * Subnormal results let a float32 addition to 0.5 do the rounding at 2^-24.
- * NaNs stay NaN (quiet, with the top of their payload).
- */
-static inline uint16_t f32_to_f16(float x)
-{
-	const uint32_t inf_from = (127u + 16u) << 23; /* 65536 and up: inf */
-	const uint32_t normal_from = 113u << 23;      /* 2^-14 */
-	const uint32_t half = 126u << 23;             /* 0.5f */
-	uint32_t f = f32_bits(x);
-	uint32_t sign = (f >> 16) & 0x8000u;
-	uint32_t a = f & 0x7fffffffu;
-	uint32_t normal = (a - ((127u - 15u) << 23) + 0xfffu + ((a >> 13) & 1u)) >> 13;
-	uint32_t sub = f32_bits(f32_from_bits(a) + f32_from_bits(half)) - half;
-	uint32_t special =
-	        select32(mask32(a > 0x7f800000u), 0x7e00u | ((a >> 13) & 0x3ffu), 0x7c00u);
-	uint32_t o = select32(mask32(a >= inf_from), special,
-	                      select32(mask32(a < normal_from), sub, normal));
-
-	return (uint16_t)(o | sign);
-}
-
-static inline float bf16_to_f32(uint16_t b)
-{
-	return f32_from_bits((uint32_t)b << 16);
-}
-
-/* float32 -> bfloat16, nearest-even; NaNs keep their top bits and turn quiet. */
-static inline uint16_t f32_to_bf16(float x)
-{
-	uint32_t f = f32_bits(x);
-	uint32_t r = (f + 0x7fffu + ((f >> 16) & 1u)) >> 16;
-	uint32_t nan = (f >> 16) | 0x40u;
-
-	return (uint16_t)select32(mask32((f & 0x7fffffffu) > 0x7f800000u), nan, r);
-}
+/* f16_to_f32, f32_to_f16, bf16_to_f32, f32_to_bf16 and their bit helpers:
+ * runtime/narrow.h, shared with the device kernels. */
 
 /* ---------------------------------------------------------------- element ops */
 

@@ -34,7 +34,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dvar_features.h"
 #include "runtime/engine.h"
+#if DVAR_WITH_CUDA
+#include "runtime/cuda/cuda.h"
+#endif
 
 const char dvar_unsaveable_reason[] =
 	"\n"
@@ -102,6 +106,42 @@ int dvar_replica_num_replicas(const dvar_replica *ctx)
 dvar_strategy *dvar_replica_strategy(const dvar_replica *ctx)
 {
 	return ctx ? ctx->s : NULL;
+}
+
+int dvar_replica_cuda_device(const dvar_replica *ctx)
+{
+#if DVAR_WITH_CUDA
+	if (ctx && ctx->s->cuda)
+		return dvar_cuda_device(ctx->s->cuda, ctx->local);
+#endif
+	(void)ctx;
+	return -1;
+}
+
+void *dvar_replica_cuda_stream(const dvar_replica *ctx)
+{
+#if DVAR_WITH_CUDA
+	if (ctx && ctx->s->cuda)
+		return (void *)dvar_cuda_stream(ctx->s->cuda, ctx->local);
+#endif
+	(void)ctx;
+	return NULL;
+}
+
+int dvar_cuda_device_count(int *count)
+{
+	int n = 0, rc;
+
+	if (!count)
+		return dvar_error_set(DVAR_EINVAL, "dvar_cuda_device_count: count is NULL");
+#if DVAR_WITH_CUDA
+	rc = dvar_cuda_visible(&n);
+#else
+	rc = dvar_error_set(DVAR_ENOTSUPP, "this dvar was built without CUDA (configure with "
+	                                   "-DDVAR_WITH_CUDA=ON)");
+#endif
+	*count = n;
+	return rc;
 }
 
 /* ---------------------------------------------------------------- helpers */
@@ -226,6 +266,14 @@ static void *replica_main(void *arg)
 		pthread_mutex_unlock(&s->lock);
 
 		dvar_error_clear();
+#if DVAR_WITH_CUDA
+		/* The replica's GPU is current for everything fn calls. */
+		if (s->cuda && (rc = dvar_cuda_bind(s->cuda, r->local)) != DVAR_OK) {
+			finish_replica(r, rc);
+			pthread_mutex_lock(&s->lock);
+			continue;
+		}
+#endif
 		rc = fn(r, fn_arg);
 		finish_replica(r, rc);
 
@@ -262,6 +310,9 @@ static void destroy(dvar_strategy *s)
 	free_scratch(s, s->slot[0]);
 	free_scratch(s, s->slot[1]);
 	free_scratch(s, s->ring_tmp);
+#if DVAR_WITH_CUDA
+	dvar_cuda_close(s->cuda);
+#endif
 	dvar_comm_close(s->comm);
 	free(s->gather_worker_off);
 	free(s->replicas);
@@ -281,6 +332,8 @@ static void destroy(dvar_strategy *s)
 typedef struct {
 	int32_t replicas;
 	int32_t code;
+	int32_t device;
+	int32_t groups; /* CUDA: GPUs of the worker's replicas */
 	char message[512];
 } create_record;
 
@@ -321,7 +374,7 @@ static int setup(dvar_strategy *s)
 
 /* Every worker learns whether the others could set up, and with how many
  * replicas: a failure or a different R anywhere fails creation everywhere. */
-static int agree(dvar_strategy *s, int local_rc)
+static int agree(dvar_strategy *s, int local_rc, int device, int groups)
 {
 	create_record *recs, *mine;
 	int rc;
@@ -333,6 +386,8 @@ static int agree(dvar_strategy *s, int local_rc)
 	mine = &recs[s->W];
 	mine->replicas = s->R;
 	mine->code = local_rc;
+	mine->device = device;
+	mine->groups = groups;
 	if (local_rc != DVAR_OK)
 		snprintf(mine->message, sizeof mine->message, "%s", dvar_error_last()->message);
 	rc = dvar_comm_allgather(s->comm, mine, recs, sizeof *mine,
@@ -359,6 +414,17 @@ static int agree(dvar_strategy *s, int local_rc)
 				                    "worker %d has %d replicas but worker 0 has %d: every "
 				                    "worker must have the same number of replicas",
 				                    w, recs[w].replicas, recs[0].replicas);
+			else if (recs[w].device != recs[0].device)
+				rc = dvar_error_set(DVAR_EINVAL,
+				                    "worker %d keeps its replicas on %s but worker 0 on %s: "
+				                    "every worker must ask for the same device",
+				                    w, recs[w].device ? "GPUs" : "the CPU",
+				                    recs[0].device ? "GPUs" : "the CPU");
+			else if (recs[w].groups != recs[0].groups)
+				rc = dvar_error_set(DVAR_EINVAL,
+				                    "worker %d spreads its replicas over %d GPUs but worker 0 "
+				                    "over %d: every worker must use as many",
+				                    w, recs[w].groups, recs[0].groups);
 		}
 	}
 	free(recs);
@@ -382,6 +448,38 @@ int dvar_strategy_create(dvar_strategy **out, const dvar_strategy_options *opts)
 			                      opts->version, DVAR_STRATEGY_OPTIONS_VERSION);
 		o = *opts;
 	}
+	if (o.device != DVAR_DEVICE_CPU && o.device != DVAR_DEVICE_CUDA)
+		return dvar_error_set(DVAR_EINVAL,
+		                      "strategy options: device = %d (use DVAR_DEVICE_CPU or "
+		                      "DVAR_DEVICE_CUDA)",
+		                      o.device);
+	if (o.flags & ~DVAR_STRATEGY_NCCL_ALL_REDUCE)
+		return dvar_error_set(DVAR_EINVAL, "strategy options: unknown flags 0x%x",
+		                      o.flags & ~DVAR_STRATEGY_NCCL_ALL_REDUCE);
+	if (o.num_cuda_devices < 0 || (o.num_cuda_devices > 0) != (o.cuda_devices != NULL))
+		return dvar_error_set(DVAR_EINVAL,
+		                      "strategy options: %d CUDA devices listed at %p (give both, or "
+		                      "neither for every visible GPU)",
+		                      o.num_cuda_devices, (const void *)o.cuda_devices);
+	if (o.device == DVAR_DEVICE_CPU && o.cuda_devices)
+		return dvar_error_set(DVAR_EINVAL, "strategy options: cuda_devices is set but device is "
+		                                   "DVAR_DEVICE_CPU");
+#if !DVAR_WITH_CUDA
+	if (o.device == DVAR_DEVICE_CUDA)
+		return dvar_error_set(DVAR_ENOTSUPP, "strategy options: DVAR_DEVICE_CUDA, but this dvar "
+		                                     "was built without CUDA (-DDVAR_WITH_CUDA=ON)");
+#endif
+	if (o.replicas == 0 && o.device == DVAR_DEVICE_CUDA && o.cuda_devices)
+		o.replicas = o.num_cuda_devices;
+#if DVAR_WITH_CUDA
+	if (o.replicas == 0 && o.device == DVAR_DEVICE_CUDA) {
+		int visible = 0;
+
+		/* No GPU: one replica, and dvar_cuda_open says why below. */
+		dvar_cuda_visible(&visible);
+		o.replicas = visible;
+	}
+#endif
 	if (o.replicas == 0)
 		o.replicas = 1;
 	if (o.workers < 0)
@@ -403,6 +501,7 @@ int dvar_strategy_create(dvar_strategy **out, const dvar_strategy_options *opts)
 	pthread_cond_init(&s->coll_cv, NULL);
 	pthread_cond_init(&s->coord_cv, NULL);
 	s->timeout_ms = o.timeout_ms;
+	s->flags = o.flags;
 	s->chunk_bytes = o.chunk_bytes ? o.chunk_bytes : DEFAULT_CHUNK_BYTES;
 	if (s->chunk_bytes > MAX_CHUNK_BYTES)
 		s->chunk_bytes = MAX_CHUNK_BYTES;
@@ -427,7 +526,21 @@ int dvar_strategy_create(dvar_strategy **out, const dvar_strategy_options *opts)
 		rc = setup(s);
 	}
 	if (s->W > 1)
-		rc = agree(s, rc);
+		rc = agree(s, rc, o.device, 0);
+#if DVAR_WITH_CUDA
+	/* Every worker asked for GPUs and has its threads: open the CUDA side
+	 * (collective: the NCCL id goes from worker 0 to all), then agree on
+	 * how that went. */
+	if (rc == DVAR_OK && o.device == DVAR_DEVICE_CUDA) {
+		dvar_cuda *c = NULL;
+
+		rc = dvar_cuda_open(&c, s->R, o.cuda_devices, o.num_cuda_devices, s->comm, s->W,
+		                    s->worker);
+		s->cuda = c;
+		if (s->W > 1)
+			rc = agree(s, rc, o.device, c ? dvar_cuda_num_groups(c) : 0);
+	}
+#endif
 	if (rc != DVAR_OK) {
 		char msg[DVAR_ERROR_MESSAGE_MAX];
 

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "runtime/device.h"
 #include "runtime/runtime.h"
 
 typedef struct {
@@ -34,7 +35,9 @@ struct dvar_values {
 	dvar_strategy *s;
 	int dtype;
 	int R;
-	int mirrored;    /* every component's data is one shared buffer */
+	/* Every component holds the same tensor: on the host one shared
+	 * buffer, on GPUs a copy per replica (dvar_mem_alloc). */
+	int mirrored;
 	atomic_int rank; /* -1 until a component is set */
 	component *comp; /* R */
 };
@@ -105,21 +108,21 @@ int dvar_values_new_mirrored(dvar_values **out, dvar_strategy *s, int dtype,
 		return rc;
 	if ((rc = shape_bytes(shape, dtype, &bytes, "values_new_mirrored")) != DVAR_OK)
 		goto fail;
-	if (bytes > 0) {
-		if (!data) {
-			rc = dvar_error_set(DVAR_EINVAL, "values_new_mirrored: data is NULL");
-			goto fail;
-		}
-		if (!(copy = malloc(bytes))) {
-			rc = dvar_error_set(DVAR_ENOMEM,
-			                    "values_new_mirrored: out of memory (%zu bytes)",
-			                    bytes);
-			goto fail;
-		}
-		memcpy(copy, data, bytes);
+	if (bytes > 0 && !data) {
+		rc = dvar_error_set(DVAR_EINVAL, "values_new_mirrored: data is NULL");
+		goto fail;
 	}
-	/* The components never change, so they can share one copy. */
+	/* The components never change, so on the host they share one copy. */
 	for (int i = 0; i < v->R; i++) {
+		if (bytes > 0 && (i == 0 || dvar_mem_on_device(s))) {
+			if (!(copy = dvar_mem_alloc(s, i, bytes, 0))) {
+				rc = dvar_error_prefix("values_new_mirrored (%zu bytes)", bytes);
+				goto fail;
+			}
+			v->comp[i].data = copy;
+			if ((rc = dvar_mem_copy(s, i, copy, data, bytes)) != DVAR_OK)
+				goto fail;
+		}
 		v->comp[i].set = 1;
 		v->comp[i].shape = *shape;
 		v->comp[i].data = copy;
@@ -138,11 +141,9 @@ void dvar_values_free(dvar_values *v)
 {
 	if (!v)
 		return;
-	if (v->mirrored)
-		free(v->comp[0].data);
-	else
-		for (int i = 0; i < v->R; i++)
-			free(v->comp[i].data);
+	for (int i = 0; i < v->R; i++)
+		if (i == 0 || !v->mirrored || dvar_mem_on_device(v->s))
+			dvar_mem_free(v->s, i, v->comp[i].data);
 	free(v->comp);
 	free(v);
 }
@@ -179,13 +180,15 @@ int dvar_values_set(dvar_values *v, int local, const dvar_shape *shape, const vo
 		                      local, text, (int)shape->rank, rank);
 	}
 	if (bytes > 0) {
-		if (!(copy = malloc(bytes)))
-			return dvar_error_set(DVAR_ENOMEM, "values_set: out of memory (%zu bytes)",
-			                      bytes);
-		memcpy(copy, data, bytes);
+		if (!(copy = dvar_mem_alloc(v->s, local, bytes, 0)))
+			return dvar_error_prefix("values_set (%zu bytes)", bytes);
+		if ((rc = dvar_mem_copy(v->s, local, copy, data, bytes)) != DVAR_OK) {
+			dvar_mem_free(v->s, local, copy);
+			return rc;
+		}
 	}
 	c = &v->comp[local];
-	free(c->data);
+	dvar_mem_free(v->s, local, c->data);
 	c->data = copy;
 	c->bytes = bytes;
 	c->shape = *shape;
@@ -514,25 +517,35 @@ static void fill_identity(int dtype, int op, void *buf, size_t count)
 
 /*
  * Reduce a component of shape [outer, rows, inner] (row-major around axis)
- * along rows into out ([outer, inner]), left to right.
+ * along rows into out ([outer, inner]), left to right. On a GPU both are
+ * local's device memory.
  */
-static void reduce_along_axis(int dtype, int op, const void *src, const dvar_shape *shape, int axis,
-                              void *out)
+static int reduce_along_axis(dvar_strategy *s, int local, int dtype, int op, const void *src,
+                             const dvar_shape *shape, int axis, void *out)
 {
 	dvar_kernel_op kop = dvar_kernel_op_of(op);
 	size_t size = dvar_dtype_size(dtype);
 	size_t outer = 1, inner = 1, rows = (size_t)shape->dims[axis];
 	const void *srcs[ROWS_PER_PASS + 1];
+	int rc = DVAR_OK;
 
 	for (int k = 0; k < axis; k++)
 		outer *= (size_t)shape->dims[k];
 	for (int k = axis + 1; k < shape->rank; k++)
 		inner *= (size_t)shape->dims[k];
 	if (inner == 0 || outer == 0)
-		return;
+		return DVAR_OK;
 	if (rows == 0) {
-		fill_identity(dtype, op, out, outer * inner);
-		return;
+		void *host = dvar_mem_on_device(s) ? malloc(outer * inner * size) : out;
+
+		if (!host)
+			return dvar_error_set(DVAR_ENOMEM, "reduce: out of memory");
+		fill_identity(dtype, op, host, outer * inner);
+		if (host != out) {
+			rc = dvar_mem_copy(s, local, out, host, outer * inner * size);
+			free(host);
+		}
+		return rc;
 	}
 	for (size_t o = 0; o < outer; o++) {
 		const unsigned char *base = (const unsigned char *)src + o * rows * inner * size;
@@ -541,15 +554,16 @@ static void reduce_along_axis(int dtype, int op, const void *src, const dvar_sha
 		int n = 0;
 
 		/* The first pass reads rows only; later ones start from acc. */
-		while (j < rows) {
+		while (j < rows && rc == DVAR_OK) {
 			if (j > 0)
 				srcs[n++] = acc;
 			while (n < ROWS_PER_PASS + 1 && j < rows)
 				srcs[n++] = base + j++ * inner * size;
-			dvar_kernel_reduce(dtype, kop, acc, srcs, n, inner);
+			rc = dvar_mem_reduce(s, local, dtype, kop, acc, srcs, n, inner);
 			n = 0;
 		}
 	}
+	return rc;
 }
 
 static int save_error(int rc, char *buf)
@@ -647,7 +661,7 @@ static int reduce_replica(dvar_replica *ctx, void *arg)
 	void *scratch = NULL, *out;
 	const void *in;
 	dvar_reduce_op op;
-	int rc, ret;
+	int rc, ret, direct;
 
 	memset(&result, 0, sizeof result);
 	if (plan(ctx, c, &comp, &result, &total_rows, &ret) != DVAR_OK)
@@ -656,25 +670,30 @@ static int reduce_replica(dvar_replica *ctx, void *arg)
 	if (count == 0)
 		return DVAR_OK; /* every replica knows: nothing to move */
 	bytes = (size_t)count * dvar_dtype_size(c->dtype);
-	/* Local 0 receives straight into the caller's buffer. */
-	if (local != 0 || c->axis != DVAR_AXIS_NONE) {
-		if (!(scratch = malloc(bytes)))
-			return dvar_error_set(DVAR_ENOMEM, "%s: out of memory (%zu bytes)", c->what,
-			                      bytes);
-	}
-	out = local == 0 ? c->dst : scratch;
+	/* Local 0 receives straight into the caller's buffer, when it is memory
+	 * of the components' kind (a collective's buffers are of one kind). */
+	direct = local == 0 && dvar_mem_is_device(c->s, c->dst) == dvar_mem_on_device(c->s);
+	if ((!direct || c->axis != DVAR_AXIS_NONE) &&
+	    !(scratch = dvar_mem_alloc(c->s, local, bytes, 0)))
+		return dvar_error_prefix("%s (%zu bytes)", c->what, bytes);
+	out = direct ? c->dst : scratch;
 	in = comp->data;
+	rc = DVAR_OK;
 	if (c->axis != DVAR_AXIS_NONE) {
-		reduce_along_axis(c->dtype, c->op, comp->data, &comp->shape, c->axis, scratch);
+		rc = reduce_along_axis(c->s, local, c->dtype, c->op, comp->data, &comp->shape, c->axis,
+		                       scratch);
 		in = scratch;
 	}
 	/* MEAN: a SUM here, divided below by the right denominator. */
 	op = c->op == DVAR_REDUCE_MEAN ? DVAR_REDUCE_SUM : (dvar_reduce_op)c->op;
-	rc = dvar_replica_all_reduce(ctx, op, c->dtype, in, out, (size_t)count);
+	if (rc == DVAR_OK)
+		rc = dvar_replica_all_reduce(ctx, op, c->dtype, in, out, (size_t)count);
 	if (rc == DVAR_OK && local == 0 && c->op == DVAR_REDUCE_MEAN)
-		dvar_kernel_divide(c->dtype, out, (size_t)count,
-		                   c->axis == DVAR_AXIS_NONE ? N : total_rows);
-	free(scratch);
+		rc = dvar_mem_divide(c->s, local, c->dtype, out, (size_t)count,
+		                     c->axis == DVAR_AXIS_NONE ? N : total_rows);
+	if (rc == DVAR_OK && local == 0 && out != c->dst)
+		rc = dvar_mem_copy(c->s, local, c->dst, out, bytes);
+	dvar_mem_free(c->s, local, scratch);
 	return rc;
 }
 
@@ -717,7 +736,7 @@ static int gather_replica(dvar_replica *ctx, void *arg)
 	int64_t total_rows = 0;
 	uint64_t bytes;
 	void *scratch = NULL;
-	int rc, ret;
+	int rc, ret, direct;
 
 	memset(&result, 0, sizeof result);
 	if (plan(ctx, c, &comp, &result, &total_rows, &ret) != DVAR_OK)
@@ -725,13 +744,17 @@ static int gather_replica(dvar_replica *ctx, void *arg)
 	dvar_shape_num_bytes(&result, c->dtype, &bytes);
 	if (bytes == 0)
 		return DVAR_OK;
-	if (local != 0 && !(scratch = malloc((size_t)bytes)))
-		return dvar_error_set(DVAR_ENOMEM, "%s: out of memory (%llu bytes)", c->what,
-		                      (unsigned long long)bytes);
+	/* Local 0 gathers into the caller's buffer when it is memory of the
+	 * components' kind. */
+	direct = local == 0 && dvar_mem_is_device(c->s, c->dst) == dvar_mem_on_device(c->s);
+	if (!direct && !(scratch = dvar_mem_alloc(c->s, local, (size_t)bytes, 0)))
+		return dvar_error_prefix("%s (%llu bytes)", c->what, (unsigned long long)bytes);
 	rc = dvar_replica_all_gather(ctx, c->dtype, &comp->shape, comp->data, c->axis,
-	                             local == 0 ? c->dst : scratch,
-	                             local == 0 ? c->dst_bytes : (size_t)bytes, NULL);
-	free(scratch);
+	                             direct ? c->dst : scratch, local == 0 ? c->dst_bytes : (size_t)bytes,
+	                             NULL);
+	if (rc == DVAR_OK && local == 0 && !direct)
+		rc = dvar_mem_copy(c->s, local, c->dst, scratch, (size_t)bytes);
+	dvar_mem_free(c->s, local, scratch);
 	return rc;
 }
 

@@ -21,6 +21,8 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "runtime/device.h"
+#include "runtime/narrow.h"
 #include "runtime/runtime.h"
 
 #define NAME_MAX_BYTES 1024
@@ -182,9 +184,9 @@ static int alloc_variable(dvar_variable **out, dvar_strategy *s, const dvar_vari
 		size_t cap = name_len + 32;
 
 		v->names[i] = malloc(cap);
-		/* Zeros are the default initial value; page-aligned so that a save
-		 * writes it in place. */
-		v->comp[i] = dvar_page_alloc(nbytes, 1);
+		/* Zeros are the default initial value; on the host, page-aligned
+		 * so that a save writes it in place. */
+		v->comp[i] = dvar_mem_alloc(s, i, nbytes, 1);
 		if (!v->names[i] || !v->comp[i])
 			return dvar_error_set(DVAR_ENOMEM, "variable '%s': out of memory", spec->name);
 		if (i == 0)
@@ -200,15 +202,26 @@ static int initial_value(dvar_variable *v, const dvar_variable_spec *spec)
 {
 	int rc;
 
-	if (spec->initial_value) {
-		if (v->nbytes)
-			memcpy(v->comp[0], spec->initial_value, v->nbytes);
-		return DVAR_OK;
-	}
+	void *host;
+
+	if (spec->initial_value)
+		return v->nbytes ? dvar_mem_copy(v->s, 0, v->comp[0], spec->initial_value, v->nbytes)
+		                 : DVAR_OK;
 	if (!spec->init || v->worker != 0)
 		return DVAR_OK;
+	/* The initializer writes host memory; a GPU component gets a copy. */
+	host = dvar_mem_on_device(v->s) ? malloc(v->nbytes ? v->nbytes : 1) : v->comp[0];
+	if (!host)
+		return dvar_error_set(DVAR_ENOMEM, "variable '%s': out of memory", v->name);
 	dvar_error_clear();
-	rc = spec->init(spec->init_arg, 0, v->dtype, &v->shape, v->comp[0]);
+	rc = spec->init(spec->init_arg, 0, v->dtype, &v->shape, host);
+	if (host != v->comp[0]) {
+		int crc = rc == DVAR_OK ? dvar_mem_copy(v->s, 0, v->comp[0], host, v->nbytes) : DVAR_OK;
+
+		free(host);
+		if (crc != DVAR_OK)
+			return crc;
+	}
 	if (rc == DVAR_OK)
 		return DVAR_OK;
 	if (rc > 0)
@@ -305,7 +318,7 @@ void dvar_variable_free(dvar_variable *v)
 		if (v->names)
 			free(v->names[i]);
 		if (v->comp)
-			free(v->comp[i]);
+			dvar_mem_free(v->s, i, v->comp[i]);
 	}
 	free(v->names);
 	free(v->comp);
@@ -395,35 +408,49 @@ struct read_job {
 
 /*
  * Local replica 0 receives the result straight into dst; the others need a
- * destination too, so they receive each piece into scratch and drop it.
+ * destination too, so they receive each piece into scratch and drop it. On
+ * GPUs the pieces travel in device memory: a host dst gets each piece
+ * copied from scratch.
  */
 static int read_replica(dvar_replica *ctx, void *arg)
 {
 	const struct read_job *job = arg;
 	const dvar_variable *v = job->v;
+	dvar_strategy *s = v->s;
 	int local = dvar_replica_local_id(ctx);
+	int dev = dvar_mem_on_device(s);
+	int direct = local == 0 && (!dev || dvar_mem_is_device(s, job->dst));
 	size_t piece = READ_PIECE_BYTES / v->esize;
 	unsigned char *scratch = NULL;
 	int rc = DVAR_OK;
 
 	if (piece > v->count)
 		piece = v->count;
-	if (local != 0 && !(scratch = malloc(piece * v->esize)))
-		return dvar_error_set(DVAR_ENOMEM, "reading variable '%s': out of memory", v->name);
+	if (!direct) {
+		scratch = dev ? dvar_mem_alloc(s, local, piece * v->esize, 0) : malloc(piece * v->esize);
+		if (!scratch)
+			return dvar_error_set(DVAR_ENOMEM, "reading variable '%s': out of memory", v->name);
+	}
 	for (size_t off = 0; off < v->count && rc == DVAR_OK; off += piece) {
 		size_t n = v->count - off < piece ? v->count - off : piece;
-		unsigned char *out = local == 0 ? job->dst + off * v->esize : scratch;
+		unsigned char *out = direct ? job->dst + off * v->esize : scratch;
 
 		if (v->agg == DVAR_AGG_ONLY_FIRST_REPLICA) {
 			if (dvar_replica_id(ctx) == 0)
-				memcpy(out, v->comp[0] + off * v->esize, n * v->esize);
-			rc = dvar_replica_broadcast(ctx, 0, transfer_dtype(v->dtype), out, n);
+				rc = dvar_mem_copy(s, local, out, v->comp[0] + off * v->esize, n * v->esize);
+			if (rc == DVAR_OK)
+				rc = dvar_replica_broadcast(ctx, 0, transfer_dtype(v->dtype), out, n);
 		} else {
 			rc = dvar_replica_all_reduce(ctx, job->op, v->dtype,
 			                             v->comp[local] + off * v->esize, out, n);
 		}
+		if (rc == DVAR_OK && local == 0 && !direct)
+			rc = dvar_mem_copy(s, local, job->dst + off * v->esize, scratch, n * v->esize);
 	}
-	free(scratch);
+	if (dev)
+		dvar_mem_free(s, local, scratch);
+	else
+		free(scratch);
 	return rc;
 }
 
@@ -456,10 +483,8 @@ static int read_on_read(dvar_variable *v, void *dst, size_t dst_bytes)
 		dvar_strategy__mark_unsaveable(v->s, dvar_unsaveable_reason);
 	if (v->count == 0)
 		return DVAR_OK;
-	if (v->agg == DVAR_AGG_ONLY_FIRST_REPLICA && v->workers == 1) {
-		memcpy(dst, v->comp[0], v->nbytes);
-		return DVAR_OK;
-	}
+	if (v->agg == DVAR_AGG_ONLY_FIRST_REPLICA && v->workers == 1)
+		return dvar_mem_copy(v->s, 0, dst, v->comp[0], v->nbytes);
 	job.op = v->agg == DVAR_AGG_MEAN ? DVAR_REDUCE_MEAN : DVAR_REDUCE_SUM;
 	rc = dvar_strategy_run(v->s, read_replica, &job);
 	if (rc != DVAR_OK)
@@ -481,8 +506,11 @@ int dvar_variable_read(dvar_variable *v, dvar_replica *ctx, void *dst, size_t ds
 		return rc;
 	/* Replica context: this replica's own component; ON_WRITE across
 	 * replicas: the primary. */
-	if (v->nbytes)
-		memcpy(dst, v->comp[ctx ? dvar_replica_local_id(ctx) : 0], v->nbytes);
+	if (v->nbytes) {
+		int local = ctx ? dvar_replica_local_id(ctx) : 0;
+
+		return dvar_mem_copy(v->s, local, dst, v->comp[local], v->nbytes);
+	}
 	return DVAR_OK;
 }
 
@@ -498,9 +526,7 @@ int dvar_variable_read_local(dvar_variable *v, int local, void *dst, size_t dst_
 		                      v->name, local, v->replicas);
 	if ((rc = check_dst(v, dst, dst_bytes)) != DVAR_OK)
 		return rc;
-	if (v->nbytes)
-		memcpy(dst, v->comp[local], v->nbytes);
-	return DVAR_OK;
+	return v->nbytes ? dvar_mem_copy(v->s, local, dst, v->comp[local], v->nbytes) : DVAR_OK;
 }
 
 const void *dvar_variable__component(const dvar_variable *v, int local)
@@ -509,29 +535,6 @@ const void *dvar_variable__component(const dvar_variable *v, int local)
 }
 
 /* ---------------------------------------------------------------- the SUM split */
-
-/* n rounded to the precision of dtype (TF converts the Python int N to the
- * tensor's dtype before dividing); exact for every N float32 can hold. */
-static int64_t divisor_in(int dtype, int64_t n)
-{
-	int bits = dtype == DVAR_FLOAT16 ? 11 : dtype == DVAR_BFLOAT16 ? 8 : 24;
-	int len = 0;
-	int64_t q, rem, half;
-
-	if (dtype == DVAR_FLOAT64)
-		return n;
-	while (len < 62 && ((int64_t)1 << len) <= n)
-		len++;
-	if (len <= bits)
-		return n;
-	/* Round to nearest, ties to even, keeping the top `bits` bits. */
-	q = n >> (len - bits);
-	rem = n & (((int64_t)1 << (len - bits)) - 1);
-	half = (int64_t)1 << (len - bits - 1);
-	if (rem > half || (rem == half && (q & 1)))
-		q++;
-	return q << (len - bits);
-}
 
 #define SPLIT_SIGNED(T) \
 	do { \
@@ -581,7 +584,7 @@ int dvar_variable__split_sum(int dtype, const void *total, void *part, size_t co
 		 * type (float16 and bfloat16 rounded once from float32). */
 		if (dst != src)
 			memmove(dst, src, count * dvar_dtype_size(dtype));
-		dvar_kernel_divide(dtype, dst, count, divisor_in(dtype, n));
+		dvar_kernel_divide(dtype, dst, count, dvar_divisor_in(dtype, n));
 		return DVAR_OK;
 	}
 	/* Integers: floor division, the remainder handed out one each to the
@@ -606,13 +609,13 @@ int dvar_variable__split_sum(int dtype, const void *total, void *part, size_t co
 
 /* ---------------------------------------------------------------- dense updates */
 
-static void apply_dense(const dvar_variable *v, unsigned char *dst, const void *src, int kind)
+/* Apply src (host or device memory) to local replica local's component. */
+static int apply_dense(const dvar_variable *v, int local, const void *src, int kind)
 {
 	if (kind == UPDATE_ASSIGN)
-		memcpy(dst, src, v->nbytes);
-	else
-		dvar_kernel_apply(v->dtype, kind == UPDATE_ADD ? DVAR_KOP_ADD : DVAR_KOP_SUB, dst, src,
-		                  v->count);
+		return dvar_mem_copy(v->s, local, v->comp[local], src, v->nbytes);
+	return dvar_mem_apply(v->s, local, v->dtype, kind == UPDATE_ADD ? DVAR_KOP_ADD : DVAR_KOP_SUB,
+	                      v->comp[local], src, v->count);
 }
 
 /*
@@ -624,25 +627,32 @@ static void apply_dense(const dvar_variable *v, unsigned char *dst, const void *
 static int update_aggregated(dvar_variable *v, dvar_replica *ctx, const void *value, int kind)
 {
 	int local = dvar_replica_local_id(ctx);
-	unsigned char *tmp;
-	int rc;
+	/* The aggregate lives where the value does: a collective's buffers are
+	 * all host or all device memory. */
+	int dev = dvar_mem_is_device(v->s, value);
+	unsigned char *tmp = dev ? dvar_mem_alloc(v->s, local, v->nbytes, 0) : malloc(v->nbytes);
+	int rc = DVAR_OK;
 
-	if (!(tmp = malloc(v->nbytes)))
+	if (!tmp)
 		return dvar_error_set(DVAR_ENOMEM, "%s of variable '%s': out of memory",
 		                      update_names[kind], v->name);
 	if (v->agg == DVAR_AGG_ONLY_FIRST_REPLICA) {
 		if (dvar_replica_id(ctx) == 0)
-			memcpy(tmp, value, v->nbytes);
-		rc = dvar_replica_broadcast(ctx, 0, transfer_dtype(v->dtype), tmp, v->count);
+			rc = dvar_mem_copy(v->s, local, tmp, value, v->nbytes);
+		if (rc == DVAR_OK)
+			rc = dvar_replica_broadcast(ctx, 0, transfer_dtype(v->dtype), tmp, v->count);
 	} else {
 		rc = dvar_replica_all_reduce(ctx, v->agg == DVAR_AGG_SUM ? DVAR_REDUCE_SUM : DVAR_REDUCE_MEAN,
 		                             v->dtype, value, tmp, v->count);
 	}
 	if (rc == DVAR_OK)
-		apply_dense(v, v->comp[local], tmp, kind);
-	else
+		rc = apply_dense(v, local, tmp, kind);
+	if (rc != DVAR_OK)
 		dvar_error_prefix("%s of variable '%s'", update_names[kind], v->name);
-	free(tmp);
+	if (dev)
+		dvar_mem_free(v->s, local, tmp);
+	else
+		free(tmp);
 	return rc;
 }
 
@@ -651,10 +661,12 @@ static int update_aggregated(dvar_variable *v, dvar_replica *ctx, const void *va
  * over the N replicas so that the sum stays what was assigned. */
 static int assign_on_read_cross(dvar_variable *v, const void *value)
 {
+	int rc = DVAR_OK;
+
 	if (v->agg != DVAR_AGG_SUM) {
-		for (int l = 0; l < v->replicas; l++)
-			apply_dense(v, v->comp[l], value, UPDATE_ASSIGN);
-		return DVAR_OK;
+		for (int l = 0; l < v->replicas && rc == DVAR_OK; l++)
+			rc = apply_dense(v, l, value, UPDATE_ASSIGN);
+		return rc;
 	}
 	/* Checked before the loop so that no component changes on failure. */
 	if (v->dtype == DVAR_BOOL)
@@ -663,8 +675,8 @@ static int assign_on_read_cross(dvar_variable *v, const void *value)
 		                      "replicas (aggregation SUM)",
 		                      v->name);
 	for (int l = 0; l < v->replicas; l++)
-		if (dvar_variable__split_sum(v->dtype, value, v->comp[l], v->count,
-		                             v->worker * v->replicas + l, v->num_replicas) != DVAR_OK)
+		if (dvar_mem_split_sum(v->s, l, v->dtype, value, v->comp[l], v->count,
+		                       v->worker * v->replicas + l, v->num_replicas) != DVAR_OK)
 			return dvar_error_prefix("assign of variable '%s'", v->name);
 	return DVAR_OK;
 }
@@ -673,11 +685,13 @@ static int assign_on_read_cross(dvar_variable *v, const void *value)
  * (on_read_assign_cross_replica); ON_WRITE sets every component. */
 static int assign_cross(dvar_variable *v, const void *value)
 {
+	int rc = DVAR_OK;
+
 	if (v->sync == DVAR_SYNC_ON_READ)
 		return assign_on_read_cross(v, value);
-	for (int l = 0; l < v->replicas; l++)
-		apply_dense(v, v->comp[l], value, UPDATE_ASSIGN);
-	return DVAR_OK;
+	for (int l = 0; l < v->replicas && rc == DVAR_OK; l++)
+		rc = apply_dense(v, l, value, UPDATE_ASSIGN);
+	return rc;
 }
 
 int dvar_variable__restore(dvar_variable *v, const void *value)
@@ -722,16 +736,15 @@ static int update_dense(dvar_variable *v, dvar_replica *ctx, const void *value, 
 			return assign_cross(v, value);
 		/* _update_cross_replica, and ON_READ assign_add/assign_sub without
 		 * SUM: the value goes to every component. */
-		for (int l = 0; l < v->replicas; l++)
-			apply_dense(v, v->comp[l], value, kind);
-		return DVAR_OK;
+		rc = DVAR_OK;
+		for (int l = 0; l < v->replicas && rc == DVAR_OK; l++)
+			rc = apply_dense(v, l, value, kind);
+		return rc;
 	}
-	if (v->sync == DVAR_SYNC_ON_READ || v->agg == DVAR_AGG_NONE) {
+	if (v->sync == DVAR_SYNC_ON_READ || v->agg == DVAR_AGG_NONE)
 		/* OnReadPolicy._update_replica, and OnWritePolicy._update_replica
 		 * with NONE: this replica's own component only. */
-		apply_dense(v, v->comp[dvar_replica_local_id(ctx)], value, kind);
-		return DVAR_OK;
-	}
+		return apply_dense(v, dvar_replica_local_id(ctx), value, kind);
 	if (v->agg != DVAR_AGG_ONLY_FIRST_REPLICA) {
 		char agg_what[DVAR_ERROR_MESSAGE_MAX + 32];
 
@@ -823,11 +836,13 @@ void dvar_variable__scatter_rows(int dtype, dvar_scatter_op op, void *dst, size_
 	}
 }
 
-/* Apply n rows to one component, in order (dvar_variable__scatter_rows). */
-static void scatter_rows(const dvar_variable *v, unsigned char *dst, dvar_scatter_op op,
-                         const int64_t *indices, size_t n, const unsigned char *updates)
+/* Apply n rows to local replica local's component, in order
+ * (dvar_variable__scatter_rows). */
+static int scatter_rows(const dvar_variable *v, int local, dvar_scatter_op op,
+                        const int64_t *indices, size_t n, const void *updates)
 {
-	dvar_variable__scatter_rows(v->dtype, op, dst, v->row_count, indices, n, updates);
+	return dvar_mem_scatter_rows(v->s, local, v->dtype, op, v->comp[local], v->row_count,
+	                             indices, n, updates);
 }
 
 /*
@@ -918,8 +933,8 @@ static int scatter_aggregated(dvar_variable *v, dvar_replica *ctx, dvar_scatter_
 			dvar_kernel_divide(v->dtype, upd, total * v->row_count, v->num_replicas);
 	}
 	if (rc == DVAR_OK)
-		scatter_rows(v, v->comp[local], op, idx, total, upd);
-	else
+		rc = scatter_rows(v, local, op, idx, total, upd);
+	if (rc != DVAR_OK)
 		dvar_error_prefix("%s of variable '%s'", what, v->name);
 	free(idx);
 	free(upd);
@@ -930,6 +945,7 @@ int dvar_variable_scatter(dvar_variable *v, dvar_replica *ctx, dvar_scatter_op o
                           const int64_t *indices, size_t n, const void *updates)
 {
 	int64_t *counts;
+	void *host = NULL;
 	int rc;
 
 	if (!v)
@@ -957,20 +973,31 @@ int dvar_variable_scatter(dvar_variable *v, dvar_replica *ctx, dvar_scatter_op o
 		 * replica's own. */
 		if (rc != DVAR_OK)
 			return rc;
-		if (!ctx)
-			for (int l = 0; l < v->replicas; l++)
-				scatter_rows(v, v->comp[l], op, indices, n, updates);
-		else
-			scatter_rows(v, v->comp[dvar_replica_local_id(ctx)], op, indices, n, updates);
-		return DVAR_OK;
+		if (ctx)
+			return scatter_rows(v, dvar_replica_local_id(ctx), op, indices, n, updates);
+		for (int l = 0; l < v->replicas && rc == DVAR_OK; l++)
+			rc = scatter_rows(v, l, op, indices, n, updates);
+		return rc;
 	}
 	/* counts, then the agreement's 2N words. */
 	if (!(counts = malloc(3 * (size_t)v->num_replicas * sizeof *counts)))
 		return dvar_error_set(DVAR_ENOMEM, "%s of variable '%s': out of memory",
 		                      scatter_names[op], v->name);
+	/* The rows are gathered in host memory: bring device updates over. */
+	if (rc == DVAR_OK && n && v->row_count && dvar_mem_is_device(v->s, updates)) {
+		size_t bytes = n * v->row_count * v->esize;
+
+		if (!(host = malloc(bytes)))
+			rc = dvar_error_set(DVAR_ENOMEM, "%s of variable '%s': out of memory",
+			                    scatter_names[op], v->name);
+		else
+			rc = dvar_mem_copy(v->s, dvar_replica_local_id(ctx), host, updates, bytes);
+		updates = host;
+	}
 	rc = agree_scatter(v, ctx, op, rc, n, counts, counts + v->num_replicas);
 	if (rc == DVAR_OK)
 		rc = scatter_aggregated(v, ctx, op, indices, n, updates, counts);
+	free(host);
 	free(counts);
 	return rc;
 }

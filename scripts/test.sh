@@ -16,15 +16,25 @@ fi
 
 # Tests and CLI are named ON: a cache left by a hand-made build must not turn
 # them off, or ctest would pass with nothing to run.
+# The GPU backend builds wherever the CUDA Toolkit is (its tests skip,
+# saying why, on a machine without a GPU); the sanitized build leaves it out.
+cuda=(-DDVAR_WITH_CUDA=OFF -DDVAR_WITH_NCCL=OFF)
+if [ -x /usr/local/cuda/bin/nvcc ]; then
+	cuda=(-DDVAR_WITH_CUDA=ON -DCUDAToolkit_ROOT=/usr/local/cuda -DDVAR_WITH_NCCL=OFF)
+	if [ -f /usr/local/cuda/include/nccl.h ]; then
+		cuda[2]=-DDVAR_WITH_NCCL=ON
+	fi
+fi
+
 echo "== Release build (build/)"
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DDVAR_BUILD_TESTS=ON -DDVAR_BUILD_CLI=ON
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DDVAR_BUILD_TESTS=ON -DDVAR_BUILD_CLI=ON "${cuda[@]}"
 cmake --build build -j"$jobs"
 echo "== tests (build/)"
 ctest --test-dir build --output-on-failure --no-tests=error "$@"
 
 echo "== AddressSanitizer + UBSan build (build-asan/)"
 cmake -S . -B build-asan -DDVAR_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDVAR_BUILD_BENCH=OFF \
-	-DDVAR_BUILD_TESTS=ON -DDVAR_BUILD_CLI=ON
+	-DDVAR_BUILD_TESTS=ON -DDVAR_BUILD_CLI=ON -DDVAR_WITH_CUDA=OFF -DDVAR_WITH_NCCL=OFF
 cmake --build build-asan -j"$jobs"
 echo "== tests (build-asan/)"
 # Leak reports from inside OpenMPI, if any appear, belong in an LSan

@@ -35,6 +35,7 @@
 #include <unistd.h>
 
 #include "core/core.h"
+#include "runtime/device.h"
 #include "runtime/input_state.h"
 #include "runtime/runtime.h"
 #include "store/store.h"
@@ -130,10 +131,31 @@ static int keep(saved_error *e, int code)
  * speed).
  */
 typedef struct {
+	dvar_strategy *s;
 	save_job *pending;
 	unsigned char *arena;
 	size_t arena_cap;
 } store_state;
+
+/* Staging memory: page-locked on a GPU strategy, where device copies land in it. */
+static unsigned char *arena_alloc(dvar_strategy *s, size_t bytes)
+{
+	unsigned char *p = dvar_page_alloc(bytes, 0);
+
+	if (p && dvar_mem_pin(s, p, bytes) != DVAR_OK) {
+		free(p);
+		return NULL;
+	}
+	if (!p)
+		dvar_error_set(DVAR_ENOMEM, "out of memory for %zu bytes of staging", bytes);
+	return p;
+}
+
+static void arena_free(dvar_strategy *s, unsigned char *p)
+{
+	dvar_mem_unpin(s, p);
+	free(p);
+}
 
 static int every_worker(const save_job *j)
 {
@@ -649,10 +671,11 @@ static int defers(const save_job *j, const item *it, int local)
 
 /* What this worker writes and cannot borrow: a synchronous save reads
  * mirrored values, shards and plain data in place; aggregates always need a
- * buffer. */
+ * buffer, and so do values on GPUs. */
 static int staged(const save_job *j, const item *it)
 {
-	return it->writer == j->worker && it->nbytes && (j->async || reduced(it));
+	return it->writer == j->worker && it->nbytes &&
+	       (j->async || reduced(it) || (it->v && dvar_mem_on_device(j->s)));
 }
 
 /* Staging buffers, carved page-aligned out of the job's arena (the last
@@ -667,11 +690,10 @@ static int allocate_staging(save_job *j)
 		if (staged(j, &j->items[i]))
 			need += PAGE_ROUND(j->items[i].nbytes);
 	if (need > j->arena_cap) {
-		free(j->arena);
+		arena_free(j->s, j->arena);
 		j->arena_cap = 0;
-		if (!(j->arena = dvar_page_alloc(need, 0)))
-			return dvar_error_set(DVAR_ENOMEM, "out of memory for %zu bytes of staging",
-			                      need);
+		if (!(j->arena = arena_alloc(j->s, need)))
+			return dvar_error_prefix("staging");
 		j->arena_cap = need;
 	}
 	for (size_t i = 0; i < j->n; i++)
@@ -702,6 +724,62 @@ static void checksum_copy(uint32_t *sums, unsigned char *dst, const unsigned cha
 }
 
 /*
+ * A GPU replica's value in a staging run (PHASE_VALUES, synchronous saves
+ * too): the keeper's comes to its staging buffer on the replica's snapshot
+ * stream, and the checksums of the replica check are taken from host
+ * copies, the staged one or, for the other replicas, piece by piece.
+ */
+static int stage_device(save_job *j, item *it, int local, int keeper)
+{
+	const unsigned char *src = dvar_variable__component(it->v, local);
+	uint32_t *sums = j->sums + (size_t)local * j->nchunks + it->chunk0;
+	unsigned char *bounce;
+	int rc = DVAR_OK;
+
+	if (keeper) {
+		if ((rc = dvar_mem_snapshot(j->s, local, it->owned, src, it->nbytes)) != DVAR_OK ||
+		    (rc = dvar_mem_snapshot_wait(j->s, local)) != DVAR_OK)
+			return dvar_error_prefix("saving '%s'", it->name);
+		if (it->checked && !defers(j, it, local))
+			checksum_copy(sums, NULL, it->owned, it->nbytes);
+		return DVAR_OK;
+	}
+	if (!it->checked)
+		return DVAR_OK;
+	if (!(bounce = malloc(CHECK_CHUNK)))
+		return dvar_error_set(DVAR_ENOMEM, "saving '%s': out of memory", it->name);
+	for (size_t off = 0; off < it->nbytes && rc == DVAR_OK; off += CHECK_CHUNK) {
+		size_t len = it->nbytes - off < CHECK_CHUNK ? it->nbytes - off : CHECK_CHUNK;
+
+		if ((rc = dvar_mem_copy(j->s, local, bounce, src + off, len)) == DVAR_OK)
+			*sums++ = dvar_crc32c_extend(0, bounce, len);
+	}
+	free(bounce);
+	return rc == DVAR_OK ? DVAR_OK : dvar_error_prefix("saving '%s'", it->name);
+}
+
+/*
+ * An aggregate (SUM, MEAN) of a GPU variable: reduced on the GPUs from the
+ * components themselves, the keeper's result copied to its staging buffer.
+ */
+static int stage_device_aggregate(save_job *j, dvar_replica *ctx, item *it, int keeper)
+{
+	int local = dvar_replica_local_id(ctx);
+	dvar_reduce_op op = it->agg == DVAR_AGG_MEAN ? DVAR_REDUCE_MEAN : DVAR_REDUCE_SUM;
+	void *tmp = dvar_mem_alloc(j->s, local, it->nbytes, 0);
+	int rc;
+
+	if (!tmp)
+		return dvar_error_prefix("saving '%s'", it->name);
+	rc = dvar_replica_all_reduce(ctx, op, it->dtype, dvar_variable__component(it->v, local), tmp,
+	                             it->nbytes / dvar_dtype_size(it->dtype));
+	if (rc == DVAR_OK && keeper)
+		rc = dvar_mem_copy(j->s, local, it->owned, tmp, it->nbytes);
+	dvar_mem_free(j->s, local, tmp);
+	return rc == DVAR_OK ? DVAR_OK : dvar_error_prefix("saving '%s'", it->name);
+}
+
+/*
  * What a staging run does. PHASE_VALUES, before anything is written: the
  * aggregates and, for an asynchronous save, the copies and the checksums
  * (fused: the state changes once the call returns). PHASE_CHECK, for a
@@ -729,7 +807,12 @@ static int stage_replica(dvar_replica *ctx, void *arg)
 		item *it = &j->items[i];
 		int keeper = local == 0 && it->writer == j->worker;
 
-		if (reduced(it) && j->phase == PHASE_VALUES) {
+		if (reduced(it) && j->phase == PHASE_VALUES && dvar_mem_on_device(j->s)) {
+			rc = stage_device_aggregate(j, ctx, it, keeper);
+		} else if (it->v && it->nbytes && !reduced(it) && dvar_mem_on_device(j->s)) {
+			if (j->phase == PHASE_VALUES)
+				rc = stage_device(j, it, local, keeper);
+		} else if (reduced(it) && j->phase == PHASE_VALUES) {
 			unsigned char *buf = keeper ? it->owned : malloc(it->nbytes);
 			dvar_reduce_op op = it->agg == DVAR_AGG_MEAN ? DVAR_REDUCE_MEAN : DVAR_REDUCE_SUM;
 
@@ -950,7 +1033,7 @@ static void job_free(save_job *j)
 		free(j->items[i].name);
 		free(j->items[i].table);
 	}
-	free(j->arena);
+	arena_free(j->s, j->arena);
 	free(j->items);
 	free(j->sums);
 	free(j->blob);
@@ -1194,8 +1277,10 @@ static store_state *state_of(dvar_strategy *s)
 {
 	store_state *st = dvar_strategy__store_slot(s);
 
-	if (!st && (st = calloc(1, sizeof *st)))
+	if (!st && (st = calloc(1, sizeof *st))) {
+		st->s = s;
 		dvar_strategy__set_store_slot(s, st, state_fini);
+	}
 	return st;
 }
 
@@ -1203,7 +1288,7 @@ static store_state *state_of(dvar_strategy *s)
 static void release_job(store_state *st, save_job *j)
 {
 	if (st && j->arena_cap > st->arena_cap) {
-		free(st->arena);
+		arena_free(st->s, st->arena);
 		st->arena = j->arena;
 		st->arena_cap = j->arena_cap;
 		j->arena = NULL;
@@ -1225,7 +1310,7 @@ static void state_fini(void *p)
 		abort_staging(j);
 		job_free(j);
 	}
-	free(st->arena);
+	arena_free(st->s, st->arena);
 	free(st);
 }
 

@@ -26,6 +26,12 @@
  * Threads. A strategy is used from one thread (the one that created it);
  * replica-context calls come from the replica threads run() starts.
  *
+ * GPUs. On a strategy created with DVAR_DEVICE_CUDA each replica's data
+ * (variable and value components) lives on its GPU, and every buffer a
+ * call takes may be host or device memory: dvar asks CUDA which. The
+ * buffers of one collective call must all be of one kind. docs/RUNTIME.md,
+ * "Replicas on GPUs", has the rules.
+ *
  * Ownership. Objects returned through `**out` belong to the caller and are
  * freed with their _free function (NULL is a no-op). Variables and values
  * hold a pointer to their strategy: free them before the strategy.
@@ -64,10 +70,43 @@ typedef struct {
 	 *  buffers (a request a timeout abandons may still use them), which
 	 *  costs a copy in and out. */
 	int timeout_ms;
+	/** Where the replicas keep their data: DVAR_DEVICE_CPU (the default)
+	 *  or DVAR_DEVICE_CUDA (docs/RUNTIME.md, "Replicas on GPUs"). */
+	int device;
+	/** CUDA: the GPUs of this worker's replicas, local replica i on
+	 *  cuda_devices[i % num_cuda_devices] (several replicas may share one);
+	 *  NULL: every visible GPU. With replicas = 0, one replica per GPU. */
+	const int *cuda_devices;
+	int num_cuda_devices;
+	/** DVAR_STRATEGY_* */
+	unsigned int flags;
 } dvar_strategy_options;
+
+/** dvar_strategy_options.device */
+typedef enum {
+	DVAR_DEVICE_CPU = 0, /**< replicas are threads working on host memory */
+	DVAR_DEVICE_CUDA = 1 /**< each replica's data lives on its GPU */
+} dvar_device;
+
+/**
+ * All-reduces over device buffers use ncclAllReduce: NCCL's own order of
+ * additions and its arithmetic, the fastest, but neither bitwise
+ * reproducible across NCCL's algorithm choices nor dvar's rules for NaN in
+ * MIN/MAX and narrow floats. Without it dvar reduces in a fixed order with
+ * its own kernels, moving the data with NCCL (docs/RUNTIME.md).
+ */
+#define DVAR_STRATEGY_NCCL_ALL_REDUCE (1u << 0)
 
 #define DVAR_STRATEGY_OPTIONS_VERSION 1
 #define DVAR_STRATEGY_OPTIONS_INIT { .version = DVAR_STRATEGY_OPTIONS_VERSION, .replicas = 1 }
+
+/**
+ * The CUDA devices this process can use: DVAR_OK with *count >= 1;
+ * DVAR_ENOTSUPP when dvar was built without CUDA; DVAR_EDEVICE with CUDA's
+ * reason (no driver, no device) otherwise, *count = 0. What a program or
+ * test checks before asking for DVAR_DEVICE_CUDA.
+ */
+DVAR_EXTERN(int) dvar_cuda_device_count(int *count);
 
 /**
  * Create a strategy. Collective across workers: every MPI process calls it.
@@ -121,6 +160,17 @@ DVAR_EXTERN(int) dvar_replica_local_id(const dvar_replica *ctx);
 DVAR_EXTERN(int) dvar_replica_num_replicas(const dvar_replica *ctx);
 /** The strategy the replica belongs to. */
 DVAR_EXTERN(dvar_strategy *) dvar_replica_strategy(const dvar_replica *ctx);
+
+/** The replica's CUDA device ordinal, or -1 on a CPU strategy. */
+DVAR_EXTERN(int) dvar_replica_cuda_device(const dvar_replica *ctx);
+
+/**
+ * The replica's CUDA stream (a cudaStream_t), NULL on a CPU strategy. dvar
+ * runs its work for the replica on this stream and synchronizes it before
+ * reading the caller's buffers, so kernels the caller enqueues on it are
+ * ordered before the dvar call that uses their results.
+ */
+DVAR_EXTERN(void *) dvar_replica_cuda_stream(const dvar_replica *ctx);
 
 /** Reduction operators. MEAN divides the SUM by the number of values. */
 typedef enum {
@@ -207,7 +257,8 @@ DVAR_EXTERN(int) dvar_values_set(dvar_values *v, int local, const dvar_shape *sh
                                  const void *data);
 
 /**
- * TF's experimental_local_results: the component of local replica `local`.
+ * TF's experimental_local_results: the component of local replica `local`
+ * (device memory on a CUDA strategy).
  * *data stays valid until the component is set again or v is freed.
  * DVAR_EINVAL when that component was never set.
  */

@@ -1,0 +1,33 @@
+/*
+ * benchmpi.c - worker 0 alone, the others asleep (benchmpi.h).
+ */
+#include <time.h>
+
+#include <mpi.h>
+
+#include "benchmpi.h"
+
+#define RELEASE_TAG 77
+
+void bench_mpi_hold(void)
+{
+	MPI_Request req;
+	int done = 0, token;
+	struct timespec ms = { 0, 1000000 };
+
+	MPI_Irecv(&token, 1, MPI_INT, 0, RELEASE_TAG, MPI_COMM_WORLD, &req);
+	while (!done) {
+		MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+		if (!done)
+			nanosleep(&ms, NULL);
+	}
+}
+
+void bench_mpi_release(void)
+{
+	int token = 1, W;
+
+	MPI_Comm_size(MPI_COMM_WORLD, &W);
+	for (int w = 1; w < W; w++)
+		MPI_Send(&token, 1, MPI_INT, w, RELEASE_TAG, MPI_COMM_WORLD);
+}

@@ -1,0 +1,16 @@
+/*
+ * benchmpi.h - what the benchmarks run under mpirun share: worker 0 measures
+ * a part alone while the other workers sleep (a blocking MPI wait would spin
+ * and take the cores the measurement needs) until it releases them.
+ * bench/ owns it; dvar_bench_allreduce and dvar_bench_cuda use it.
+ */
+#ifndef DVAR_BENCHMPI_H
+#define DVAR_BENCHMPI_H
+
+/** Workers other than 0: sleep until worker 0 calls bench_mpi_release. */
+void bench_mpi_hold(void);
+
+/** Worker 0: let the holding workers go. */
+void bench_mpi_release(void);
+
+#endif
