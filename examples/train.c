@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,7 +32,7 @@
 typedef struct {
 	const char *ckpt;
 	const char *predict;
-	int64_t steps, save_every, batch, vocab, dim, examples, log_every;
+	int64_t steps, save_every, batch, vocab, dim, examples, log_every, kill_at;
 	int replicas, shards, keep, resume, json, progress;
 	uint64_t seed;
 } options;
@@ -138,6 +139,8 @@ static void usage(FILE *f)
 	        "                    line of FILE (ids, optionally ';' and %d features),\n"
 	        "                    as dvar-serve prints it\n"
 	        "  --json            print one JSON summary at the end\n"
+	        "  --kill-at STEP    the last worker kills itself (SIGKILL) after STEP:\n"
+	        "                    a crash to resume from\n"
 	        "\n"
 	        "Topology-dependent options (--replicas, --shards, the number of workers)\n"
 	        "may change between runs; the model options (--batch --seed --vocab --dim\n"
@@ -210,6 +213,8 @@ static void parse_options(options *o, int argc, char **argv)
 			o->examples = int_arg(a, v, 1, INT64_C(1) << 28);
 		else if (!strcmp(a, "--log-every"))
 			o->log_every = int_arg(a, v, 1, INT64_C(1) << 40);
+		else if (!strcmp(a, "--kill-at"))
+			o->kill_at = int_arg(a, v, 1, INT64_C(1) << 40);
 		else {
 			fprintf(stderr, "dvar-train: unknown option '%s' (see --help)\n", a);
 			exit(2);
@@ -629,6 +634,11 @@ int main(int argc, char **argv)
 		if (saved && tty)
 			fprintf(stderr, "step %" PRId64 ": saving %s/ckpt-%" PRId64 "\n", j.step, j.o.ckpt,
 			        j.step);
+		if (j.step == j.o.kill_at && j.worker == j.W - 1) {
+			fprintf(stderr, "dvar-train: worker %d: killing itself after step %" PRId64 "\n",
+			        j.worker, j.step);
+			raise(SIGKILL);
+		}
 		if (j.step % j.o.log_every == 0 || j.step == j.o.steps) {
 			metrics cur = read_metrics(&j);
 			double t = now();

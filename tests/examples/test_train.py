@@ -101,6 +101,21 @@ class Resume(TrainCase):
         # Stopped at the last (partial) batch of the first epoch.
         self.check_resume(1, 3, 47, 55)
 
+    def test_crash_and_resume(self):
+        # A worker dies at step 27, two steps after a save was started in the
+        # background: whichever checkpoint was committed last, resuming from
+        # it ends where an uninterrupted run does.
+        straight, _, _ = self.train("a", "--steps", 40, "--replicas", 2, workers=2)
+        _, _, err = self.train("b", "--steps", 40, "--replicas", 2, "--save-every", 5,
+                               "--kill-at", 27, workers=2, code=None)
+        self.assertIn("worker 1: killing itself after step 27", err)
+        out, _ = self.dvar("ls", self.path("b"))
+        self.assertNotIn("ckpt-30", out)
+        resumed, _, _ = self.train("b", "--steps", 40, "--replicas", 2, "--resume", workers=2)
+        self.assertIn(resumed["start_step"], (20, 25))
+        self.assertEqual(resumed["checksums"], straight["checksums"])
+        self.dvar("verify", self.path("b"))
+
     def test_resume_without_checkpoint_starts_fresh(self):
         summary, _, err = self.train("fresh", "--steps", 10, "--resume")
         self.assertIn("no checkpoint under", err)
