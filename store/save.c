@@ -725,9 +725,10 @@ static void checksum_copy(uint32_t *sums, unsigned char *dst, const unsigned cha
 
 /*
  * A GPU replica's value in a staging run (PHASE_VALUES, synchronous saves
- * too): the keeper's comes to its staging buffer on the replica's snapshot
- * stream, and the checksums of the replica check are taken from host
- * copies, the staged one or, for the other replicas, piece by piece.
+ * too): the keeper's starts coming to its staging buffer on the replica's
+ * snapshot stream (stage_device_finish waits for all of them, then takes
+ * their checksums), and the other replicas' are checksummed from host
+ * copies, piece by piece.
  */
 static int stage_device(save_job *j, item *it, int local, int keeper)
 {
@@ -736,14 +737,10 @@ static int stage_device(save_job *j, item *it, int local, int keeper)
 	unsigned char *bounce;
 	int rc = DVAR_OK;
 
-	if (keeper) {
-		if ((rc = dvar_mem_snapshot(j->s, local, it->owned, src, it->nbytes)) != DVAR_OK ||
-		    (rc = dvar_mem_snapshot_wait(j->s, local)) != DVAR_OK)
-			return dvar_error_prefix("saving '%s'", it->name);
-		if (it->checked && !defers(j, it, local))
-			checksum_copy(sums, NULL, it->owned, it->nbytes);
-		return DVAR_OK;
-	}
+	if (keeper)
+		return dvar_mem_snapshot(j->s, local, it->owned, src, it->nbytes) == DVAR_OK
+		               ? DVAR_OK
+		               : dvar_error_prefix("saving '%s'", it->name);
 	if (!it->checked)
 		return DVAR_OK;
 	if (!(bounce = malloc(CHECK_CHUNK)))
@@ -756,6 +753,23 @@ static int stage_device(save_job *j, item *it, int local, int keeper)
 	}
 	free(bounce);
 	return rc == DVAR_OK ? DVAR_OK : dvar_error_prefix("saving '%s'", it->name);
+}
+
+/* The end of a GPU replica's staging run: its copies have landed, and the
+ * checked ones are checksummed from them. */
+static int stage_device_finish(save_job *j, int local)
+{
+	if (dvar_mem_snapshot_wait(j->s, local) != DVAR_OK)
+		return dvar_error_prefix("saving: copying from the GPU");
+	for (size_t i = 0; i < j->n; i++) {
+		item *it = &j->items[i];
+
+		if (it->v && it->nbytes && !reduced(it) && local == 0 && it->writer == j->worker &&
+		    it->checked && !defers(j, it, local))
+			checksum_copy(j->sums + (size_t)local * j->nchunks + it->chunk0, NULL, it->owned,
+			              it->nbytes);
+	}
+	return DVAR_OK;
 }
 
 /*
@@ -840,6 +854,8 @@ static int stage_replica(dvar_replica *ctx, void *arg)
 				memcpy(dst, src, it->nbytes);
 		}
 	}
+	if (rc == DVAR_OK && j->phase == PHASE_VALUES && dvar_mem_on_device(j->s))
+		rc = stage_device_finish(j, local);
 	return rc;
 }
 

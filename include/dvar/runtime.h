@@ -56,7 +56,8 @@ typedef struct dvar_variable dvar_variable;
 
 typedef struct {
 	unsigned int version; /**< DVAR_STRATEGY_OPTIONS_VERSION */
-	int replicas;         /**< R, replica threads per worker (1..256); 0 = 1 */
+	int replicas;         /**< R, replica threads per worker (1..256); 0: one on the
+	                           CPU, one per GPU with DVAR_DEVICE_CUDA */
 	/** DVAR_WORKERS_AUTO, or 1 to stay single-worker even under mpirun.
 	 *  Any other value must equal the MPI world size. */
 	int workers;
@@ -75,7 +76,7 @@ typedef struct {
 	int device;
 	/** CUDA: the GPUs of this worker's replicas, local replica i on
 	 *  cuda_devices[i % num_cuda_devices] (several replicas may share one);
-	 *  NULL: every visible GPU. With replicas = 0, one replica per GPU. */
+	 *  NULL: every visible GPU. replicas = 0 (the default): one per GPU. */
 	const int *cuda_devices;
 	int num_cuda_devices;
 	/** DVAR_STRATEGY_* */
@@ -98,7 +99,7 @@ typedef enum {
 #define DVAR_STRATEGY_NCCL_ALL_REDUCE (1u << 0)
 
 #define DVAR_STRATEGY_OPTIONS_VERSION 1
-#define DVAR_STRATEGY_OPTIONS_INIT { .version = DVAR_STRATEGY_OPTIONS_VERSION, .replicas = 1 }
+#define DVAR_STRATEGY_OPTIONS_INIT { .version = DVAR_STRATEGY_OPTIONS_VERSION }
 
 /**
  * The CUDA devices this process can use: DVAR_OK with *count >= 1;
