@@ -198,6 +198,11 @@ void cli_json_i64(cli_json *j, const char *key, int64_t v);
 void cli_json_real(cli_json *j, const char *key, double v);
 void cli_json_bool(cli_json *j, const char *key, int v);
 void cli_json_dims(cli_json *j, const char *key, const int64_t *v, int n);
+/* n bytes (a string tensor's element, NULs and all): a JSON string when they are
+ * valid UTF-8, else {"base64":"..."}. */
+void cli_json_bytes(cli_json *j, const char *key, const void *p, uint64_t n);
+/* text as it is: a JSON value the caller formatted (a number, true, ...). */
+void cli_json_raw(cli_json *j, const char *key, const char *text);
 
 /* ----------------------------------------------------------------- walk */
 
@@ -318,6 +323,71 @@ int cli_each_var(const char *cmd, dvar_reader *r, dvar_writer *w, int progress, 
  */
 int cli_rewrite(const char *cmd, dvar_reader *r, const char *out, uint64_t chunk_size,
                 dvar_compress compress, int progress, uint64_t total, cli_var_fn fn, void *ctx);
+
+/* ------------------------------------------------------------ TensorFlow */
+
+/* Room for cli_dtype_text. */
+#define CLI_DTYPE_TEXT_MAX 24
+
+/*
+ * How commands show a dtype: dvar_dtype_name's name, "string" for a TF
+ * string tensor (DVAR_DTYPE_STRING), "dtype N" for a TensorFlow DataType
+ * dvar has no type for. Returns buf.
+ */
+const char *cli_dtype_text(int dtype, char *buf, size_t cap);
+
+/* 1 for a dvar_dtype (values dvar_reader_read can read), 0 otherwise. */
+int cli_dtype_numeric(int dtype);
+
+/* "dvar <cmd>: variable 'NAME' has dtype N, ..."; returns CLI_EXIT_RUNTIME. */
+int cli_error_dtype(const char *cmd, const char *name, int dtype);
+
+/*
+ * TF2's object-based checkpoint key shortened for --short-names (malloc'ed;
+ * NULL when out of memory): a trailing "/.ATTRIBUTES/VARIABLE_VALUE" goes,
+ * "/.OPTIMIZER_SLOT/" becomes '@' and any other "/.ATTRIBUTES/" ':'.
+ * "x/.ATTRIBUTES/VARIABLE_VALUE" -> "x";
+ * "dense/kernel/.OPTIMIZER_SLOT/optimizer/m/.ATTRIBUTES/VARIABLE_VALUE" ->
+ * "dense/kernel@optimizer/m"; "table/.ATTRIBUTES/table-keys" ->
+ * "table:table-keys". Other names come back as they are.
+ */
+char *cli_short_name(const char *name);
+
+/*
+ * Find variable name: its full name, or with short_names set the one
+ * variable whose short name it is. Returns CLI_EXIT_OK with *out, or an
+ * exit code after reporting (not found; a short name without
+ * --short-names, saying what it would name; a short name of several).
+ */
+int cli_find_var(const char *cmd, const dvar_reader *r, const char *name, int short_names,
+                 size_t *out);
+
+/*
+ * String tensor i (n elements) read whole: *lens (n lengths) and *bytes
+ * (the elements back to back, *total bytes), both malloc'ed. Returns
+ * CLI_EXIT_OK, or an exit code after reporting.
+ */
+int cli_read_strings(const char *cmd, dvar_reader *r, size_t i, uint64_t n, uint64_t **lens,
+                     char **bytes, uint64_t *total);
+
+/* n bytes in double quotes, C-escaped: printable ASCII as it is but for \" and
+ * \\, then \n \r \t, every other byte \xNN (always two hex digits). */
+void cli_print_cstring(FILE *f, const void *p, uint64_t n);
+
+/* TensorFlow's `checkpoint` state file (CheckpointState, text format). */
+typedef struct {
+	char *latest;  /* model_checkpoint_path */
+	char **all;    /* all_model_checkpoint_paths, in order */
+	size_t num_all;
+} cli_tf_state;
+
+/*
+ * Read dir/checkpoint: 1 with *out filled, 0 when there is none, -1 with a
+ * message in err when it cannot be read or parsed. Paths come as written
+ * (relative ones are relative to dir).
+ */
+int cli_tf_state_read(const char *dir, cli_tf_state *out, char *err, size_t cap);
+void cli_tf_state_clear(cli_tf_state *s);
 
 /* ------------------------------------------------------------------ npy */
 

@@ -1,7 +1,9 @@
 /*
  * cli/cmd_cat.c - `dvar cat`: one variable, or any slice of it, as text on
- * stdout (numpy-like nested brackets) or as a .npy file. The variable is read
- * in bounded pieces, so its size does not bound memory.
+ * stdout (numpy-like nested brackets), as JSON, as a .npy file or as raw
+ * bytes. A numeric variable is read in bounded pieces, so its size does not
+ * bound memory; a TensorFlow string tensor is read whole and printed one
+ * C-escaped element per line.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -18,20 +20,36 @@ static const char *path;
 static const char *var_name;
 static const char *slice_spec;
 static const char *npy_path;
+static const char *raw_path;
+static int json;
 static int force;
+static int short_names;
 static int progress = -1;
+
+/* The file --npy or --raw writes. */
+static const char *out_path;
 
 static const cli_opt opts[] = {
 	{ CLI_OPT_ARG, "PATH", NULL, &path, 0, CLI_OPT_REQUIRED,
-	  "a checkpoint directory, or a root with a `checkpoint` file" },
-	{ CLI_OPT_ARG, "NAME", NULL, &var_name, 0, CLI_OPT_REQUIRED, "the variable" },
+	  "a checkpoint directory, a root with a `checkpoint` file, or a\n"
+	  "TensorFlow checkpoint (its prefix, or a directory naming it)" },
+	{ CLI_OPT_ARG, "NAME", NULL, &var_name, 0, CLI_OPT_REQUIRED,
+	  "the variable (with --short-names, its short name will do)" },
 	{ CLI_OPT_STRING, "slice", "SPEC", &slice_spec, 0, 0,
 	  "only this slice, in TensorFlow's slice text: per dimension\n"
 	  "\"start,length\" or \"-\" (all of it), joined by ':' (\"0,2:-\")" },
 	{ CLI_OPT_STRING, "npy", "FILE", &npy_path, 0, 0,
 	  "write a .npy file instead of text (FILE may be /dev/stdout)" },
+	{ CLI_OPT_STRING, "raw", "FILE", &raw_path, 0, 0,
+	  "write the bare bytes instead (FILE may be /dev/stdout): the\n"
+	  "elements row-major, little-endian; a string tensor's elements\n"
+	  "one after the other, without their lengths" },
+	{ CLI_OPT_SWITCH, "json", NULL, &json, 1, 0, "print one JSON document on stdout" },
 	{ CLI_OPT_SWITCH, "force", NULL, &force, 1, 0,
-	  "print more than 10000 elements as text" },
+	  "print more than 10000 elements as text or JSON" },
+	{ CLI_OPT_SWITCH, "short-names", NULL, &short_names, 1, 0,
+	  "NAME may be a TF2 short name (see 'dvar help inspect');\n"
+	  "--json shows it" },
 	CLI_PROGRESS_OPTS(&progress),
 	{ CLI_OPT_END, NULL, NULL, NULL, 0, 0, NULL }
 };
@@ -40,7 +58,18 @@ static const cli_usage usage = {
 	opts,
 	"Text prints floats with the fewest digits that read back exactly. numpy\n"
 	"has no bfloat16, so --npy writes a bfloat16 variable as float32 (exactly).\n"
-	"A --slice that does not parse or lies outside the variable is a usage error.",
+	"A --slice that does not parse or lies outside the variable is a usage error.\n"
+	"A TensorFlow string tensor prints one element per line, in double quotes\n"
+	"with C escapes (printable ASCII as it is but for \\\" and \\\\; \\n, \\r, \\t;\n"
+	"any other byte \\xNN), after its index in the variable (\"[2] \", \"[0,1] \";\n"
+	"none for a scalar). --npy refuses strings; --raw writes their bytes.\n"
+	"--json prints {\"schema_version\":1,\"path\",\"name\",\"dtype\",\"shape\",\n"
+	"\"slice\":{\"start\",\"length\"} (with --slice),\"values\"}: values nested as the\n"
+	"slice's shape (a scalar bare); numbers as text prints them, bool as\n"
+	"true/false, NaN and infinities as the strings \"nan\", \"inf\", \"-inf\"; a\n"
+	"string element as a JSON string when it is valid UTF-8, else as\n"
+	"{\"base64\":\"...\"}. With --short-names, \"name\" is the short name and\n"
+	"\"full_name\" the key.",
 	NULL
 };
 
@@ -62,7 +91,7 @@ static int read_pieces(dvar_reader *r, size_t i, int dtype, const dvar_slice *sl
 	void *buf = malloc((size_t)(total < budget ? total : budget) * esize + 1);
 	if (!buf)
 		return cli_error("cat", "out of memory");
-	cli_progress_init(&pr, "cat", progress, 0);
+	cli_progress_init(&pr, "cat", progress, json);
 	cli_walk_init(&w, sl, budget);
 	while (rc == CLI_EXIT_OK && cli_walk_next(&w, &piece, &n)) {
 		if (dvar_reader_read(r, i, &piece, buf, n * esize) != DVAR_OK)
@@ -84,7 +113,19 @@ typedef struct {
 	int rank;
 	uint64_t block[DVAR_MAX_RANK]; /* elements under one index of each dim */
 	uint64_t next;                 /* flat index of the next element */
+	cli_json *j;                   /* --json: the document the values go into */
 } text_out;
+
+static void init_blocks(text_out *t, const dvar_slice *sl)
+{
+	uint64_t block = 1;
+
+	t->rank = sl->rank;
+	for (int d = sl->rank - 1; d >= 0; d--) {
+		block *= (uint64_t)sl->length[d];
+		t->block[d] = block;
+	}
+}
 
 /* How many dims start a new block at flat index e (the brackets to open). */
 static int blocks_at(const text_out *t, uint64_t e)
@@ -119,44 +160,164 @@ static int print_piece(void *ctx, const void *data, uint64_t n)
 	return CLI_EXIT_OK;
 }
 
-static int print_text(dvar_reader *r, size_t i, int dtype, const dvar_slice *sl, uint64_t n)
+/* Text and --json print at most PRINT_LIMIT elements unless --force; file names
+ * the file output that suits the variable. */
+static int check_print_limit(uint64_t n, const char *file)
 {
-	text_out t = { dtype, sl->rank, { 0 }, 0 };
-
 	if (n > PRINT_LIMIT && !force)
 		return cli_usage_error("cat", "'%s' has %llu elements; printing more than %d needs "
-		                              "--force (or use --slice or --npy)",
-		                       var_name, (unsigned long long)n, PRINT_LIMIT);
+		                              "--force (or use --slice or %s)",
+		                       var_name, (unsigned long long)n, PRINT_LIMIT, file);
+	return CLI_EXIT_OK;
+}
+
+static int print_text(dvar_reader *r, size_t i, int dtype, const dvar_slice *sl, uint64_t n)
+{
+	text_out t = { dtype, sl->rank, { 0 }, 0, NULL };
+	int rc = check_print_limit(n, "--npy");
+
+	if (rc != CLI_EXIT_OK)
+		return rc;
 	if (n == 0) {
 		puts("[]");
 		return CLI_EXIT_OK;
 	}
-	uint64_t block = 1;
-	for (int d = sl->rank - 1; d >= 0; d--) {
-		block *= (uint64_t)sl->length[d];
-		t.block[d] = block;
-	}
-	int rc = read_pieces(r, i, dtype, sl, print_piece, &t);
+	init_blocks(&t, sl);
+	rc = read_pieces(r, i, dtype, sl, print_piece, &t);
 	if (rc == CLI_EXIT_OK)
 		printf("%.*s\n", sl->rank, "]]]]]]]]");
 	return rc;
 }
 
-/* ----------------------------------------------------------------- npy */
+/* ---------------------------------------------------------------- JSON */
+
+/* Before element number t->next of a --json array: close and open the brackets. */
+static void json_brackets(text_out *t)
+{
+	int k = blocks_at(t, t->next);
+
+	if (t->next == 0)
+		k = t->rank;
+	else
+		for (int c = 0; c < k; c++)
+			cli_json_end(t->j);
+	for (int c = 0; c < k; c++)
+		cli_json_array(t->j, t->next == 0 && c == 0 ? "values" : NULL);
+}
+
+/* One element as a JSON value: numbers as text prints them. */
+static void json_elem(cli_json *j, const char *key, int dtype, const void *p)
+{
+	char buf[48];
+
+	cli_format_elem(buf, sizeof(buf), dtype, p);
+	if (dtype == DVAR_BOOL)
+		cli_json_bool(j, key, strcmp(buf, "True") == 0);
+	else if (strcmp(buf, "nan") == 0 || strcmp(buf, "inf") == 0 || strcmp(buf, "-inf") == 0)
+		cli_json_str(j, key, buf);
+	else
+		cli_json_raw(j, key, buf);
+}
+
+static int json_piece(void *ctx, const void *data, uint64_t n)
+{
+	text_out *t = ctx;
+	size_t esize = dvar_dtype_size(t->dtype);
+
+	for (uint64_t i = 0; i < n; i++, t->next++) {
+		if (t->rank == 0) {
+			json_elem(t->j, "values", t->dtype, (const char *)data + i * esize);
+			continue;
+		}
+		json_brackets(t);
+		json_elem(t->j, NULL, t->dtype, (const char *)data + i * esize);
+	}
+	return CLI_EXIT_OK;
+}
+
+/* The nested empty arrays of a slice without elements, from dimension d on. */
+static void json_empty(cli_json *j, const char *key, const dvar_slice *sl, int d)
+{
+	cli_json_array(j, key);
+	if (sl->length[d] > 0 && d + 1 < sl->rank)
+		for (int64_t k = 0; k < sl->length[d]; k++)
+			json_empty(j, NULL, sl, d + 1);
+	cli_json_end(j);
+}
+
+/* The document's fields before "values". */
+static void json_head(cli_json *j, dvar_reader *r, const dvar_var_info *v, const dvar_slice *sl)
+{
+	char dtype[CLI_DTYPE_TEXT_MAX];
+	char *shown = short_names ? cli_short_name(v->name) : NULL;
+
+	cli_json_begin(j, stdout);
+	cli_json_str(j, "path", dvar_reader_path(r));
+	cli_json_str(j, "name", shown ? shown : v->name);
+	if (short_names)
+		cli_json_str(j, "full_name", v->name);
+	free(shown);
+	cli_json_str(j, "dtype", cli_dtype_text(v->dtype, dtype, sizeof(dtype)));
+	cli_json_dims(j, "shape", v->shape.dims, v->shape.rank);
+	if (slice_spec) {
+		cli_json_object(j, "slice");
+		cli_json_dims(j, "start", sl->start, sl->rank);
+		cli_json_dims(j, "length", sl->length, sl->rank);
+		cli_json_end(j);
+	}
+}
+
+/* Product of the dims before the first empty one: the [] a JSON empty slice prints. */
+static uint64_t empty_arrays(const dvar_slice *sl)
+{
+	uint64_t n = 1;
+
+	for (int d = 0; d < sl->rank && sl->length[d] > 0 && n <= PRINT_LIMIT; d++)
+		n *= (uint64_t)sl->length[d];
+	return n;
+}
+
+static int print_json(dvar_reader *r, size_t i, const dvar_var_info *v, const dvar_slice *sl,
+                      uint64_t n)
+{
+	cli_json j;
+	text_out t = { v->dtype, sl->rank, { 0 }, 0, &j };
+	int rc = check_print_limit(n ? n : empty_arrays(sl), "--npy");
+
+	if (rc != CLI_EXIT_OK)
+		return rc;
+	json_head(&j, r, v, sl);
+	if (n == 0) {
+		json_empty(&j, "values", sl, 0);
+	} else {
+		init_blocks(&t, sl);
+		rc = read_pieces(r, i, v->dtype, sl, json_piece, &t);
+	}
+	/* After a failed read the document still closes, saying so (as diff's). */
+	while (j.depth > 1)
+		cli_json_end(&j);
+	if (rc != CLI_EXIT_OK)
+		cli_json_str(&j, "error", cli_dvar_message());
+	cli_json_end(&j);
+	return rc;
+}
+
+/* ------------------------------------------------------------ npy, raw */
 
 typedef struct {
 	FILE *f;
 	int dtype;
-} npy_out;
+	int widen; /* bfloat16 to float32, for .npy */
+} file_out;
 
 static int write_piece(void *ctx, const void *data, uint64_t n)
 {
-	npy_out *o = ctx;
+	file_out *o = ctx;
 	size_t esize = dvar_dtype_size(o->dtype);
 
-	if (o->dtype != DVAR_BFLOAT16) {
+	if (!o->widen) {
 		if (fwrite(data, esize, (size_t)n, o->f) != n)
-			return cli_error("cat", "writing '%s' failed", npy_path);
+			return cli_error("cat", "writing '%s' failed", out_path);
 		return CLI_EXIT_OK;
 	}
 	/* Widened through double, which holds every bfloat16 and float exactly. */
@@ -168,7 +329,7 @@ static int write_piece(void *ctx, const void *data, uint64_t n)
 		for (size_t k = 0; k < m; k++)
 			f[k] = (float)d[k];
 		if (fwrite(f, sizeof(float), m, o->f) != m)
-			return cli_error("cat", "writing '%s' failed", npy_path);
+			return cli_error("cat", "writing '%s' failed", out_path);
 	}
 	return CLI_EXIT_OK;
 }
@@ -184,12 +345,12 @@ static FILE *open_output(char **tmp)
 	struct stat st;
 
 	*tmp = NULL;
-	if (lstat(npy_path, &st) == 0 && !S_ISREG(st.st_mode))
-		return fopen(npy_path, "wb");
-	size_t len = strlen(npy_path) + 16;
+	if (lstat(out_path, &st) == 0 && !S_ISREG(st.st_mode))
+		return fopen(out_path, "wb");
+	size_t len = strlen(out_path) + 16;
 	if (!(*tmp = malloc(len)))
 		return NULL;
-	snprintf(*tmp, len, "%s.tmp-XXXXXX", npy_path);
+	snprintf(*tmp, len, "%s.tmp-XXXXXX", out_path);
 	int fd = mkstemp(*tmp);
 	FILE *f = fd >= 0 ? fdopen(fd, "wb") : NULL;
 	if (!f) {
@@ -211,31 +372,16 @@ static int commit_output(const char *tmp)
 	/* mkstemp makes the file 0600. */
 	mode_t mask = umask(0);
 	umask(mask);
-	if (chmod(tmp, 0666 & ~mask) != 0 || rename(tmp, npy_path) != 0)
-		return cli_error("cat", "cannot create '%s': %s", npy_path, strerror(errno));
+	if (chmod(tmp, 0666 & ~mask) != 0 || rename(tmp, out_path) != 0)
+		return cli_error("cat", "cannot create '%s': %s", out_path, strerror(errno));
 	return CLI_EXIT_OK;
 }
 
-static int write_npy(dvar_reader *r, size_t i, int dtype, const dvar_slice *sl)
+/* Close the output; on success give it its name, on failure remove it. */
+static int finish_output(FILE *f, char *tmp, int rc)
 {
-	const char *descr = cli_npy_descr(dtype == DVAR_BFLOAT16 ? DVAR_FLOAT32 : dtype);
-	dvar_shape shape;
-	char *tmp;
-	int rc;
-
-	npy_out o = { open_output(&tmp), dtype };
-	if (!o.f)
-		return cli_error("cat", "cannot create '%s': %s", npy_path, strerror(errno));
-	if (dtype == DVAR_BFLOAT16)
-		fprintf(stderr, "dvar cat: note: '%s' is bfloat16, which numpy lacks; "
-		                "writing it as float32 (exact)\n", var_name);
-	dvar_slice_shape(sl, &shape);
-	if (cli_npy_write_header(o.f, descr, &shape) != 0)
-		rc = cli_error("cat", "writing '%s' failed", npy_path);
-	else
-		rc = read_pieces(r, i, dtype, sl, write_piece, &o);
-	if (fclose(o.f) != 0 && rc == CLI_EXIT_OK)
-		rc = cli_error("cat", "writing '%s' failed: %s", npy_path, strerror(errno));
+	if (fclose(f) != 0 && rc == CLI_EXIT_OK)
+		rc = cli_error("cat", "writing '%s' failed: %s", out_path, strerror(errno));
 	if (tmp && rc == CLI_EXIT_OK)
 		rc = commit_output(tmp);
 	if (tmp && rc != CLI_EXIT_OK)
@@ -243,6 +389,149 @@ static int write_npy(dvar_reader *r, size_t i, int dtype, const dvar_slice *sl)
 	free(tmp);
 	return rc;
 }
+
+/* --npy (npy set) or --raw. */
+static int write_file(dvar_reader *r, size_t i, int dtype, const dvar_slice *sl, int npy)
+{
+	const char *descr = cli_npy_descr(dtype == DVAR_BFLOAT16 ? DVAR_FLOAT32 : dtype);
+	dvar_shape shape;
+	char *tmp;
+	int rc = CLI_EXIT_OK;
+
+	file_out o = { open_output(&tmp), dtype, npy && dtype == DVAR_BFLOAT16 };
+	if (!o.f)
+		return cli_error("cat", "cannot create '%s': %s", out_path, strerror(errno));
+	if (o.widen)
+		fprintf(stderr, "dvar cat: note: '%s' is bfloat16, which numpy lacks; "
+		                "writing it as float32 (exact)\n", var_name);
+	dvar_slice_shape(sl, &shape);
+	if (npy && cli_npy_write_header(o.f, descr, &shape) != 0)
+		rc = cli_error("cat", "writing '%s' failed", out_path);
+	if (rc == CLI_EXIT_OK)
+		rc = read_pieces(r, i, dtype, sl, write_piece, &o);
+	return finish_output(o.f, tmp, rc);
+}
+
+/* ------------------------------------------------------------- strings */
+
+/* The elements of slice sl of a variable of shape, in row-major order: flat indices. */
+typedef struct {
+	const dvar_slice *sl;
+	uint64_t stride[DVAR_MAX_RANK];
+	int64_t idx[DVAR_MAX_RANK]; /* offsets into sl of the next element */
+} elem_walk;
+
+static void elem_walk_init(elem_walk *w, const dvar_slice *sl, const dvar_shape *shape)
+{
+	uint64_t stride = 1;
+
+	w->sl = sl;
+	for (int d = shape->rank - 1; d >= 0; d--) {
+		w->stride[d] = stride;
+		stride *= (uint64_t)shape->dims[d];
+		w->idx[d] = 0;
+	}
+}
+
+/* The flat index of the next element, then advance. */
+static uint64_t elem_walk_next(elem_walk *w)
+{
+	uint64_t flat = 0;
+
+	for (int d = 0; d < w->sl->rank; d++)
+		flat += (uint64_t)(w->sl->start[d] + w->idx[d]) * w->stride[d];
+	for (int d = w->sl->rank - 1; d >= 0; d--) {
+		if (++w->idx[d] < w->sl->length[d])
+			break;
+		w->idx[d] = 0;
+	}
+	return flat;
+}
+
+/* "[i,j] ": the index in the variable of the element at flat index flat. */
+static void print_index(const elem_walk *w, uint64_t flat, const dvar_shape *shape)
+{
+	putchar('[');
+	for (int d = 0; d < shape->rank; d++) {
+		printf("%s%llu", d ? "," : "", (unsigned long long)(flat / w->stride[d]));
+		flat %= w->stride[d];
+	}
+	fputs("] ", stdout);
+}
+
+static int cat_strings(dvar_reader *r, size_t i, const dvar_var_info *v, const dvar_slice *sl,
+                       uint64_t n)
+{
+	uint64_t all, total, *lens = NULL, *at = NULL;
+	char *bytes = NULL, *tmp = NULL;
+	elem_walk w;
+	int rc;
+
+	if (npy_path)
+		return cli_usage_error("cat", "'%s' is a string tensor, which a .npy file cannot hold "
+		                              "exactly: print it, or use --json or --raw FILE", var_name);
+	rc = raw_path ? CLI_EXIT_OK : check_print_limit(n || !json ? n : empty_arrays(sl), "--raw");
+	if (rc != CLI_EXIT_OK)
+		return rc;
+	dvar_shape_num_elements(&v->shape, &all);
+	if ((rc = cli_read_strings("cat", r, i, all, &lens, &bytes, &total)) != CLI_EXIT_OK)
+		return rc;
+	/* Where each element starts in bytes. */
+	if (!(at = malloc((size_t)(all ? all : 1) * sizeof(uint64_t)))) {
+		rc = cli_error("cat", "out of memory");
+		goto done;
+	}
+	for (uint64_t k = 0, off = 0; k < all; off += lens[k], k++)
+		at[k] = off;
+	elem_walk_init(&w, sl, &v->shape);
+	if (raw_path) {
+		FILE *f = open_output(&tmp);
+		if (!f) {
+			rc = cli_error("cat", "cannot create '%s': %s", out_path, strerror(errno));
+			goto done;
+		}
+		for (uint64_t k = 0; k < n && rc == CLI_EXIT_OK; k++) {
+			uint64_t e = elem_walk_next(&w);
+			if (fwrite(bytes + at[e], 1, (size_t)lens[e], f) != lens[e])
+				rc = cli_error("cat", "writing '%s' failed", out_path);
+		}
+		rc = finish_output(f, tmp, rc);
+	} else if (json) {
+		cli_json j;
+		text_out t = { v->dtype, sl->rank, { 0 }, 0, &j };
+		json_head(&j, r, v, sl);
+		if (n == 0) {
+			json_empty(&j, "values", sl, 0);
+		} else if (sl->rank == 0) {
+			cli_json_bytes(&j, "values", bytes, lens[0]);
+		} else {
+			init_blocks(&t, sl);
+			for (; t.next < n; t.next++) {
+				json_brackets(&t);
+				uint64_t e = elem_walk_next(&w);
+				cli_json_bytes(&j, NULL, bytes + at[e], lens[e]);
+			}
+			while (j.depth > 1)
+				cli_json_end(&j);
+		}
+		cli_json_end(&j);
+	} else {
+		for (uint64_t k = 0; k < n; k++) {
+			uint64_t e = elem_walk_next(&w);
+			if (v->shape.rank)
+				print_index(&w, e, &v->shape);
+			cli_print_cstring(stdout, bytes + at[e], lens[e]);
+			putchar('\n');
+		}
+	}
+done:
+	free(lens);
+	free(bytes);
+	free(at);
+	return rc;
+}
+
+/* ----------------------------------------------------------------- main */
 
 int cmd_cat(int argc, char **argv)
 {
@@ -255,9 +544,15 @@ int cmd_cat(int argc, char **argv)
 
 	if (rc != CLI_CONTINUE)
 		return rc;
+	if (!!npy_path + !!raw_path + json > 1)
+		return cli_usage_error("cat", "--npy, --raw and --json are different outputs: "
+		                              "give one of them");
+	out_path = npy_path ? npy_path : raw_path;
 	if (dvar_reader_open(&r, path, NULL) != DVAR_OK)
 		return cli_error_dvar("cat");
-	if (dvar_reader_find(r, var_name, &i) != DVAR_OK || dvar_reader_var(r, i, &v) != DVAR_OK) {
+	if ((rc = cli_find_var("cat", r, var_name, short_names, &i)) != CLI_EXIT_OK)
+		goto done;
+	if (dvar_reader_var(r, i, &v) != DVAR_OK) {
 		rc = cli_error_dvar("cat");
 		goto done;
 	}
@@ -273,7 +568,16 @@ int cmd_cat(int argc, char **argv)
 		rc = cli_error_dvar("cat");
 		goto done;
 	}
-	rc = npy_path ? write_npy(r, i, v.dtype, &sl) : print_text(r, i, v.dtype, &sl, n);
+	if (v.dtype == DVAR_DTYPE_STRING)
+		rc = cat_strings(r, i, &v, &sl, n);
+	else if (!cli_dtype_numeric(v.dtype))
+		rc = cli_error_dtype("cat", v.name, v.dtype);
+	else if (out_path)
+		rc = write_file(r, i, v.dtype, &sl, npy_path != NULL);
+	else if (json)
+		rc = print_json(r, i, &v, &sl, n);
+	else
+		rc = print_text(r, i, v.dtype, &sl, n);
 done:
 	dvar_reader_free(r);
 	return rc;

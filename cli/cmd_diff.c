@@ -3,6 +3,9 @@
  * one, dtype or shape mismatches, then the values of the rest, read in
  * bounded pieces from both sides at once. Elements are equal when their
  * bytes are, or both are NaN; --atol X accepts |a - b| <= X instead.
+ * TensorFlow string tensors are read whole and compared element by element,
+ * byte for byte. With --short-names variables are matched (and shown) by
+ * their TF2 short names.
  */
 #include <math.h>
 #include <stdint.h>
@@ -16,15 +19,21 @@ static const char *path_a;
 static const char *path_b;
 static int json;
 static double atol_given = -1;
+static int short_names;
 static int progress = -1;
 
 static const cli_opt opts[] = {
 	{ CLI_OPT_ARG, "A", NULL, &path_a, 0, CLI_OPT_REQUIRED,
-	  "a checkpoint directory, or a root with a `checkpoint` file" },
+	  "a checkpoint directory, a root with a `checkpoint` file, or a\n"
+	  "TensorFlow checkpoint (its prefix, or a directory naming it)" },
 	{ CLI_OPT_ARG, "B", NULL, &path_b, 0, CLI_OPT_REQUIRED, "the checkpoint to compare A with" },
 	{ CLI_OPT_REAL, "atol", "X", &atol_given, 0, 0,
 	  "elements equal when |a - b| <= X (default: bitwise equal)" },
 	{ CLI_OPT_SWITCH, "json", NULL, &json, 1, 0, "print one JSON document on stdout" },
+	{ CLI_OPT_SWITCH, "short-names", NULL, &short_names, 1, 0,
+	  "match and show variables by their TF2 short names (see 'dvar help\n"
+	  "inspect'): a TensorFlow checkpoint's x/.ATTRIBUTES/VARIABLE_VALUE\n"
+	  "then compares with a dvar checkpoint's x" },
 	CLI_PROGRESS_OPTS(&progress),
 	{ CLI_OPT_END, NULL, NULL, NULL, 0, 0, NULL }
 };
@@ -32,7 +41,9 @@ static const cli_opt opts[] = {
 static const cli_usage usage = {
 	opts,
 	"NaN equals NaN. Values are compared as doubles: integers above 2^53 may\n"
-	"round, but the default bitwise test still tells them apart.\n"
+	"round, but the default bitwise test still tells them apart. String\n"
+	"tensors (TensorFlow's) compare element by element, byte for byte (--atol\n"
+	"does not apply); their JSON entries have no max_abs_diff.\n"
 	"--json prints {\"schema_version\":1,\"a\",\"b\",\"atol\",\"only_in_a\":[...],\n"
 	"\"only_in_b\":[...],\"variables\":[{\"name\",\"status\" (\"equal\", \"values_differ\",\n"
 	"\"dtype_differs\" or \"shape_differs\"),\"dtype_a\",\"dtype_b\",\"shape_a\",\"shape_b\",\n"
@@ -121,31 +132,122 @@ done:
 	return rc;
 }
 
-/* Variables of `from` that `other` lacks; other_index[i] is SIZE_MAX for them. */
-static int list_missing(cli_json *j, const char *key, const char *label, dvar_reader *from,
-                        dvar_reader *other, size_t *other_index, size_t *count)
+/* Compare string tensors ia of A and ib of B (same shape), element by element. */
+static int compare_strings(dvar_reader *ra, size_t ia, dvar_reader *rb, size_t ib,
+                           const dvar_var_info *v, uint64_t *ndiff)
 {
-	size_t n = dvar_reader_num_vars(from);
+	uint64_t n, ta, tb, *la = NULL, *lb = NULL;
+	char *ba = NULL, *bb = NULL;
+	int rc;
+
+	dvar_shape_num_elements(&v->shape, &n);
+	if ((rc = cli_read_strings("diff", ra, ia, n, &la, &ba, &ta)) == CLI_EXIT_OK &&
+	    (rc = cli_read_strings("diff", rb, ib, n, &lb, &bb, &tb)) == CLI_EXIT_OK) {
+		for (uint64_t k = 0, oa = 0, ob = 0; k < n; oa += la[k], ob += lb[k], k++)
+			*ndiff += la[k] != lb[k] || memcmp(ba + oa, bb + ob, (size_t)la[k]) != 0;
+	}
+	free(la);
+	free(lb);
+	free(ba);
+	free(bb);
+	return rc;
+}
+
+/*
+ * The names variables are matched by: their names, or with --short-names
+ * their short names (malloc'ed, every one); order sorts them.
+ */
+typedef struct {
+	dvar_reader *r;
+	size_t n;
+	char **key;
+	size_t *order;
+} names;
+
+static const names *sorting;
+
+static int by_key(const void *x, const void *y)
+{
+	return strcmp(sorting->key[*(const size_t *)x], sorting->key[*(const size_t *)y]);
+}
+
+static void names_free(names *nm)
+{
+	for (size_t i = 0; nm->key && i < nm->n; i++)
+		free(nm->key[i]);
+	free(nm->key);
+	free(nm->order);
+}
+
+static int names_init(names *nm, dvar_reader *r, const char *label)
+{
 	dvar_var_info v;
 
+	nm->r = r;
+	nm->n = dvar_reader_num_vars(r);
+	nm->key = calloc(nm->n + 1, sizeof(char *));
+	nm->order = calloc(nm->n + 1, sizeof(size_t));
+	if (!nm->key || !nm->order)
+		return cli_error("diff", "out of memory");
+	for (size_t i = 0; i < nm->n; i++) {
+		if (dvar_reader_var(r, i, &v) != DVAR_OK)
+			return cli_error_dvar("diff");
+		nm->key[i] = short_names ? cli_short_name(v.name) : strdup(v.name);
+		if (!nm->key[i])
+			return cli_error("diff", "out of memory");
+		nm->order[i] = i;
+	}
+	sorting = nm;
+	qsort(nm->order, nm->n, sizeof(size_t), by_key);
+	for (size_t k = 1; k < nm->n; k++) {
+		const char *a = nm->key[nm->order[k - 1]], *b = nm->key[nm->order[k]];
+		if (strcmp(a, b) == 0) {
+			dvar_var_info va, vb;
+			dvar_reader_var(r, nm->order[k - 1], &va);
+			dvar_reader_var(r, nm->order[k], &vb);
+			return cli_error("diff", "--short-names: '%s' is the short name of both '%s' and "
+			                         "'%s' in %s; compare without --short-names",
+			                 a, va.name, vb.name, label);
+		}
+	}
+	return CLI_EXIT_OK;
+}
+
+/* The variable of nm matched by key; SIZE_MAX when none. */
+static size_t names_find(const names *nm, const char *key)
+{
+	size_t lo = 0, hi = nm->n;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		int c = strcmp(nm->key[nm->order[mid]], key);
+		if (c == 0)
+			return nm->order[mid];
+		if (c < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return SIZE_MAX;
+}
+
+/* Variables of `from` that `other` lacks; other_index[i] is SIZE_MAX for them. */
+static int list_missing(cli_json *j, const char *key, const char *label, const names *from,
+                        const names *other, size_t *other_index, size_t *count)
+{
 	if (j)
 		cli_json_array(j, key);
-	for (size_t i = 0; i < n; i++) {
-		if (dvar_reader_var(from, i, &v) != DVAR_OK)
-			return cli_error_dvar("diff");
-		size_t at;
-		if (dvar_reader_find(other, v.name, &at) == DVAR_OK) {
-			if (other_index)
-				other_index[i] = at;
-			continue;
-		}
+	for (size_t i = 0; i < from->n; i++) {
+		size_t at = names_find(other, from->key[i]);
 		if (other_index)
-			other_index[i] = SIZE_MAX;
+			other_index[i] = at;
+		if (at != SIZE_MAX)
+			continue;
 		(*count)++;
 		if (j)
-			cli_json_str(j, NULL, v.name);
+			cli_json_str(j, NULL, from->key[i]);
 		else
-			printf("only in %s: %s\n", label, v.name);
+			printf("only in %s: %s\n", label, from->key[i]);
 	}
 	if (j)
 		cli_json_end(j);
@@ -165,24 +267,28 @@ typedef struct {
 	double max_abs;
 } outcome;
 
-static void report_variable(cli_json *j, const dvar_var_info *va, const dvar_var_info *vb,
-                            const outcome *o)
+static void report_variable(cli_json *j, const char *name, const dvar_var_info *va,
+                            const dvar_var_info *vb, const outcome *o)
 {
-	char sa[200], sb[200], mx[40];
+	char sa[200], sb[200], mx[40], da[CLI_DTYPE_TEXT_MAX], db[CLI_DTYPE_TEXT_MAX];
 	int compared = o->st == SAME || o->st == VALUES_DIFFER;
+	int strings = va->dtype == DVAR_DTYPE_STRING;
 
+	cli_dtype_text(va->dtype, da, sizeof(da));
+	cli_dtype_text(vb->dtype, db, sizeof(db));
 	if (j) {
 		cli_json_object(j, NULL);
-		cli_json_str(j, "name", va->name);
+		cli_json_str(j, "name", name);
 		cli_json_str(j, "status", status_names[o->st]);
-		cli_json_str(j, "dtype_a", dvar_dtype_name(va->dtype));
-		cli_json_str(j, "dtype_b", dvar_dtype_name(vb->dtype));
+		cli_json_str(j, "dtype_a", da);
+		cli_json_str(j, "dtype_b", db);
 		cli_json_dims(j, "shape_a", va->shape.dims, va->shape.rank);
 		cli_json_dims(j, "shape_b", vb->shape.dims, vb->shape.rank);
 		if (compared) {
 			cli_json_u64(j, "num_elements", o->num_elements);
 			cli_json_u64(j, "num_different", o->ndiff);
-			cli_json_real(j, "max_abs_diff", o->max_abs);
+			if (!strings)
+				cli_json_real(j, "max_abs_diff", o->max_abs);
 		}
 		cli_json_end(j);
 		return;
@@ -192,15 +298,18 @@ static void report_variable(cli_json *j, const dvar_var_info *va, const dvar_var
 	cli_format_real(mx, sizeof(mx), o->max_abs, 0);
 	switch (o->st) {
 	case DTYPE_DIFFERS:
-		printf("dtype differs: %s: %s vs %s\n", va->name, dvar_dtype_name(va->dtype),
-		       dvar_dtype_name(vb->dtype));
+		printf("dtype differs: %s: %s vs %s\n", name, da, db);
 		break;
 	case SHAPE_DIFFERS:
-		printf("shape differs: %s: %s vs %s\n", va->name, sa, sb);
+		printf("shape differs: %s: %s vs %s\n", name, sa, sb);
 		break;
 	case VALUES_DIFFER:
-		printf("values differ: %s: %llu of %llu elements, max abs diff %s\n", va->name,
-		       (unsigned long long)o->ndiff, (unsigned long long)o->num_elements, mx);
+		if (strings)
+			printf("values differ: %s: %llu of %llu strings\n", name,
+			       (unsigned long long)o->ndiff, (unsigned long long)o->num_elements);
+		else
+			printf("values differ: %s: %llu of %llu elements, max abs diff %s\n", name,
+			       (unsigned long long)o->ndiff, (unsigned long long)o->num_elements, mx);
 		break;
 	case SAME:
 		break;
@@ -222,7 +331,16 @@ static int compare_variable(dvar_reader *ra, size_t ia, dvar_reader *rb, size_t 
 		return CLI_EXIT_OK;
 	}
 	dvar_shape_num_elements(&va->shape, &o->num_elements);
-	int rc = compare_values(ra, ia, rb, ib, va, pr, done, total, &o->ndiff, &o->max_abs);
+	int rc;
+	if (va->dtype == DVAR_DTYPE_STRING) {
+		rc = compare_strings(ra, ia, rb, ib, va, &o->ndiff);
+		*done += va->raw_bytes + vb->raw_bytes;
+		cli_progress_update(pr, *done, total);
+	} else if (!cli_dtype_numeric(va->dtype)) {
+		rc = cli_error_dtype("diff", va->name, va->dtype);
+	} else {
+		rc = compare_values(ra, ia, rb, ib, va, pr, done, total, &o->ndiff, &o->max_abs);
+	}
 	o->st = o->ndiff ? VALUES_DIFFER : SAME;
 	return rc;
 }
@@ -237,23 +355,28 @@ static uint64_t bytes_to_compare(dvar_reader *ra, dvar_reader *rb, const size_t 
 		if (in_b[i] == SIZE_MAX || dvar_reader_var(ra, i, &va) != DVAR_OK ||
 		    dvar_reader_var(rb, in_b[i], &vb) != DVAR_OK)
 			continue;
-		if (va.dtype == vb.dtype && dvar_shape_equal(&va.shape, &vb.shape) &&
-		    dvar_shape_num_bytes(&va.shape, va.dtype, &n) == DVAR_OK)
+		if (va.dtype != vb.dtype || !dvar_shape_equal(&va.shape, &vb.shape))
+			continue;
+		if (va.dtype == DVAR_DTYPE_STRING)
+			total += va.raw_bytes + vb.raw_bytes;
+		else if (cli_dtype_numeric(va.dtype) &&
+		         dvar_shape_num_bytes(&va.shape, va.dtype, &n) == DVAR_OK)
 			total += 2 * n;
 	}
 	return total;
 }
 
-static int diff_readers(dvar_reader *ra, dvar_reader *rb, size_t *in_b, cli_json *j, tally *t)
+static int diff_readers(const names *na, const names *nb, size_t *in_b, cli_json *j, tally *t)
 {
+	dvar_reader *ra = na->r, *rb = nb->r;
 	dvar_var_info va, vb;
 	uint64_t done = 0;
 	cli_progress pr;
 	outcome o;
 	int rc;
 
-	if ((rc = list_missing(j, "only_in_a", "A", ra, rb, in_b, &t->only_a)) != CLI_EXIT_OK ||
-	    (rc = list_missing(j, "only_in_b", "B", rb, ra, NULL, &t->only_b)) != CLI_EXIT_OK)
+	if ((rc = list_missing(j, "only_in_a", "A", na, nb, in_b, &t->only_a)) != CLI_EXIT_OK ||
+	    (rc = list_missing(j, "only_in_b", "B", nb, na, NULL, &t->only_b)) != CLI_EXIT_OK)
 		return rc;
 	uint64_t total = bytes_to_compare(ra, rb, in_b);
 	cli_progress_init(&pr, "diff", progress, json);
@@ -273,7 +396,7 @@ static int diff_readers(dvar_reader *ra, dvar_reader *rb, size_t *in_b, cli_json
 		t->elements += o.num_elements;
 		t->mismatched += o.st == DTYPE_DIFFERS || o.st == SHAPE_DIFFERS;
 		t->values += o.st == VALUES_DIFFER;
-		report_variable(j, &va, &vb, &o);
+		report_variable(j, na->key[i], &va, &vb, &o);
 	}
 	cli_progress_end(&pr);
 	if (j)
@@ -284,6 +407,7 @@ static int diff_readers(dvar_reader *ra, dvar_reader *rb, size_t *in_b, cli_json
 int cmd_diff(int argc, char **argv)
 {
 	dvar_reader *ra = NULL, *rb = NULL;
+	names na = { 0 }, nb = { 0 };
 	size_t *in_b = NULL;
 	tally t = { 0 };
 	cli_json j;
@@ -301,6 +425,9 @@ int cmd_diff(int argc, char **argv)
 		rc = cli_error("diff", "out of memory");
 		goto done;
 	}
+	if ((rc = names_init(&na, ra, "A")) != CLI_EXIT_OK ||
+	    (rc = names_init(&nb, rb, "B")) != CLI_EXIT_OK)
+		goto done;
 	if (json) {
 		cli_json_begin(&j, stdout);
 		cli_json_str(&j, "a", dvar_reader_path(ra));
@@ -310,7 +437,7 @@ int cmd_diff(int argc, char **argv)
 		else
 			cli_json_str(&j, "atol", NULL);
 	}
-	rc = diff_readers(ra, rb, in_b, json ? &j : NULL, &t);
+	rc = diff_readers(&na, &nb, in_b, json ? &j : NULL, &t);
 	int identical = !t.only_a && !t.only_b && !t.mismatched && !t.values;
 	if (json) {
 		/* After a failed read the document still closes, saying so. */
@@ -329,6 +456,8 @@ int cmd_diff(int argc, char **argv)
 	if (rc == CLI_EXIT_OK)
 		rc = identical ? CLI_EXIT_OK : CLI_EXIT_CHECK;
 done:
+	names_free(&na);
+	names_free(&nb);
 	free(in_b);
 	dvar_reader_free(ra);
 	dvar_reader_free(rb);

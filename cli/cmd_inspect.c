@@ -11,11 +11,17 @@
 
 static const char *path;
 static int json;
+static int short_names;
 
 static const cli_opt opts[] = {
 	{ CLI_OPT_ARG, "PATH", NULL, &path, 0, CLI_OPT_REQUIRED,
-	  "a checkpoint directory, or a root with a `checkpoint` file" },
+	  "a checkpoint directory, a root with a `checkpoint` file, or a\n"
+	  "TensorFlow checkpoint (its prefix, or a directory naming it)" },
 	{ CLI_OPT_SWITCH, "json", NULL, &json, 1, 0, "print one JSON document on stdout" },
+	{ CLI_OPT_SWITCH, "short-names", NULL, &short_names, 1, 0,
+	  "show TF2 object-based names shortened: \"x/.ATTRIBUTES/VARIABLE_VALUE\"\n"
+	  "as \"x\", \"v/.OPTIMIZER_SLOT/opt/m/.ATTRIBUTES/VARIABLE_VALUE\" as\n"
+	  "\"v@opt/m\", any other \"/.ATTRIBUTES/\" as ':'" },
 	{ CLI_OPT_END, NULL, NULL, NULL, 0, 0, NULL }
 };
 
@@ -24,16 +30,21 @@ static const cli_usage usage = {
 	"Slices are in TensorFlow's slice text: one \"start,length\" or \"-\" (whole)\n"
 	"per dimension, separated by ':'. RATIO is raw bytes over stored bytes.\n"
 	"A variable's attributes follow its row, indented, as key=value (C escapes).\n"
+	"A TensorFlow checkpoint's variables have TF's keys as names. Its string\n"
+	"tensors (the object graph, vocabularies) show as dtype \"string\", their\n"
+	"bytes as stored (lengths and checksum included); a TF dtype dvar has no\n"
+	"type for shows as \"dtype N\" (TF's DataType number).\n"
 	"--json prints {\"schema_version\":1,\"path\",\"variables\":[{\"name\",\"dtype\",\n"
 	"\"shape\",\"slices\":[{\"start\",\"length\"}],\"raw_bytes\",\"stored_bytes\",\n"
 	"\"num_chunks\",\"attributes\":{KEY:VALUE}}],\"raw_bytes\",\"stored_bytes\",\n"
-	"\"num_chunks\"}.",
+	"\"num_chunks\"}; with --short-names each variable also has \"full_name\".",
 	NULL
 };
 
 /* One variable's cells of the table, formatted. */
 typedef struct {
-	char dtype[16], shape[200], raw[32], stored[32], ratio[16], chunks[24];
+	char dtype[CLI_DTYPE_TEXT_MAX], shape[200], raw[32], stored[32], ratio[16], chunks[24];
+	char *short_name; /* --short-names: malloc'ed */
 } row;
 
 /* Room for the slice text of the largest shape: 8 x "start,length:". */
@@ -110,6 +121,7 @@ static int print_json(dvar_reader *r)
 {
 	size_t n = dvar_reader_num_vars(r);
 	uint64_t raw = 0, stored = 0, chunks = 0;
+	char dtype[CLI_DTYPE_TEXT_MAX];
 	dvar_var_info v;
 	dvar_slice sl;
 	cli_json j;
@@ -120,9 +132,15 @@ static int print_json(dvar_reader *r)
 	for (size_t i = 0; i < n; i++) {
 		if (dvar_reader_var(r, i, &v) != DVAR_OK)
 			return cli_error_dvar("inspect");
+		char *shown = short_names ? cli_short_name(v.name) : NULL;
+		if (short_names && !shown)
+			return cli_error("inspect", "out of memory");
 		cli_json_object(&j, NULL);
-		cli_json_str(&j, "name", v.name);
-		cli_json_str(&j, "dtype", dvar_dtype_name(v.dtype));
+		cli_json_str(&j, "name", shown ? shown : v.name);
+		if (shown)
+			cli_json_str(&j, "full_name", v.name);
+		free(shown);
+		cli_json_str(&j, "dtype", cli_dtype_text(v.dtype, dtype, sizeof(dtype)));
 		cli_json_dims(&j, "shape", v.shape.dims, v.shape.rank);
 		cli_json_array(&j, "slices");
 		for (size_t s = 0; s < v.num_slices; s++) {
@@ -180,7 +198,14 @@ static int print_table(dvar_reader *r)
 		if ((rc = dvar_reader_var(r, i, &v)) != DVAR_OK)
 			break;
 		names[i] = v.name;
-		snprintf(x->dtype, sizeof(x->dtype), "%s", dvar_dtype_name(v.dtype));
+		if (short_names) {
+			if (!(x->short_name = cli_short_name(v.name))) {
+				rc = DVAR_ENOMEM;
+				break;
+			}
+			names[i] = x->short_name;
+		}
+		cli_dtype_text(v.dtype, x->dtype, sizeof(x->dtype));
 		dvar_shape_format(&v.shape, x->shape, sizeof(x->shape));
 		cli_format_bytes(x->raw, sizeof(x->raw), v.raw_bytes);
 		cli_format_bytes(x->stored, sizeof(x->stored), v.stored_bytes);
@@ -214,8 +239,12 @@ static int print_table(dvar_reader *r)
 		printf("%zu variables, %" PRIu64 " chunks, %s raw, %s stored, ratio %s\n", n, chunks,
 		       traw, tstored, ratio);
 	}
+	for (size_t i = 0; i < n; i++)
+		free(rows[i].short_name);
 	free(rows);
 	free(names);
+	if (rc == DVAR_ENOMEM)
+		return cli_error("inspect", "out of memory");
 	return rc == DVAR_OK ? CLI_EXIT_OK : cli_error_dvar("inspect");
 }
 

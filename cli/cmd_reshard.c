@@ -25,7 +25,8 @@ static int progress = -1;
 
 static const cli_opt opts[] = {
 	{ CLI_OPT_ARG, "IN", NULL, &in_path, 0, CLI_OPT_REQUIRED,
-	  "the checkpoint to read (a directory, or a root: its latest)" },
+	  "the checkpoint to read (a directory, or a root: its latest), or a\n"
+	  "TensorFlow checkpoint (its prefix, or a directory naming it)" },
 	{ CLI_OPT_ARG, "OUT", NULL, &out_path, 0, CLI_OPT_REQUIRED,
 	  "the checkpoint directory to create; it must not exist" },
 	{ CLI_OPT_INT, "shards", "M", &shards, 0, 0,
@@ -56,7 +57,11 @@ static const cli_usage usage = {
 	"kind=sharded becomes kind=plain (as dvar_save writes one shard).\n"
 	"Every other variable is copied as it was saved. Memory stays at a few\n"
 	"chunks whatever the variable sizes. Nothing is left at OUT when the\n"
-	"reshard fails (an unknown --var, a corrupt IN, ...).",
+	"reshard fails (an unknown --var, a corrupt IN, ...).\n"
+	"From a TensorFlow checkpoint: OUT is a dvar checkpoint; a partitioned\n"
+	"variable (saved as slices) counts as sharded. String tensors (the object\n"
+	"graph, vocabularies) are left out, with a note naming each; a dtype dvar\n"
+	"has no type for is an error.",
 	NULL
 };
 
@@ -129,9 +134,18 @@ static int plan_var(dvar_reader *r, size_t i, const dvar_var_info *v, var_rule *
 		if (strcmp(rules[k].name, v->name) == 0) {
 			rules[k].used = 1;
 			*want = rules[k].shards;
-			return CLI_EXIT_OK;
+			if (v->dtype == DVAR_DTYPE_STRING)
+				return cli_error("reshard", "--var: '%s' is a string tensor, which a dvar "
+				                            "checkpoint cannot hold", v->name);
+			break;
 		}
 	}
+	if (v->dtype == DVAR_DTYPE_STRING)
+		return CLI_EXIT_OK;
+	if (!cli_dtype_numeric(v->dtype))
+		return cli_error_dtype("reshard", v->name, v->dtype);
+	if (*want)
+		return CLI_EXIT_OK;
 	if (!cli_var_is_sharded(r, i))
 		return CLI_EXIT_OK;
 	if (shards > 0) {
@@ -155,6 +169,11 @@ static int copy_var(void *ctx, cli_copier *c, dvar_reader *r, size_t i, const dv
 	int64_t *offsets = NULL, n = 0;
 	int rc = CLI_EXIT_OK;
 
+	if (v->dtype == DVAR_DTYPE_STRING) {
+		fprintf(stderr, "dvar reshard: note: leaving out '%s', a string tensor (a dvar "
+		                "checkpoint holds numeric tensors only)\n", v->name);
+		return CLI_EXIT_OK;
+	}
 	if (want == 0) {
 		if (v->num_slices == 0)
 			return CLI_EXIT_OK; /* nothing saved, nothing to declare */
@@ -200,7 +219,9 @@ static int reshard(dvar_reader *r, var_rule *rules)
 			rc = cli_error_dvar("reshard");
 		else
 			rc = plan_var(r, i, &v, rules, &want[i]);
-		/* Resharded: the whole variable; kept: the slices saved. */
+		/* Resharded: the whole variable; kept: the slices saved; strings: nothing. */
+		if (rc != CLI_EXIT_OK || v.dtype == DVAR_DTYPE_STRING)
+			continue;
 		total += want[i] ? 0 : v.raw_bytes;
 		if (want[i]) {
 			uint64_t bytes = 0;

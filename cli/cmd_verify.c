@@ -5,17 +5,22 @@
  * opened or walked at all.
  */
 #include <inttypes.h>
+#include <stdlib.h>
 
 #include "cli.h"
 
 static const char *path;
 static int json;
+static int short_names;
 static int progress = -1;
 
 static const cli_opt opts[] = {
 	{ CLI_OPT_ARG, "PATH", NULL, &path, 0, CLI_OPT_REQUIRED,
-	  "a checkpoint directory, or a root with a `checkpoint` file" },
+	  "a checkpoint directory, a root with a `checkpoint` file, or a\n"
+	  "TensorFlow checkpoint (its prefix, or a directory naming it)" },
 	{ CLI_OPT_SWITCH, "json", NULL, &json, 1, 0, "print one JSON document on stdout" },
+	{ CLI_OPT_SWITCH, "short-names", NULL, &short_names, 1, 0,
+	  "name bad variables by their TF2 short names (see 'dvar help inspect')" },
 	CLI_PROGRESS_OPTS(&progress),
 	{ CLI_OPT_END, NULL, NULL, NULL, 0, 0, NULL }
 };
@@ -24,6 +29,8 @@ static const cli_usage usage = {
 	opts,
 	"Every bad chunk is printed as it is found, then a summary:\n"
 	"\"N variables, M chunks, X bytes checked: OK\" (or \"K bad chunks\").\n"
+	"In a TensorFlow checkpoint every saved entry (a variable, or one slice\n"
+	"of a partitioned one) is one chunk, checked against TF's CRC-32C.\n"
 	"--json prints {\"schema_version\":1,\"path\",\"bad_chunks\":[{\"variable\",\"file\",\n"
 	"\"offset\",\"chunk\",\"message\"}],\"num_variables\",\"num_chunks\",\"bytes\",\n"
 	"\"num_bad\",\"ok\"}; when the walk itself fails, {...,\"error\",\"ok\":false}.",
@@ -33,14 +40,18 @@ static const cli_usage usage = {
 static void report_bad(void *userdata, const dvar_bad_chunk *bad)
 {
 	cli_json *j = userdata;
+	char *shown = short_names ? cli_short_name(bad->var) : NULL;
+	const char *var = shown ? shown : bad->var;
 
 	if (!j) {
 		printf("bad chunk: variable '%s', file %s, offset %" PRIu64 ", chunk %" PRIu64 ": %s\n",
-		       bad->var, bad->file, bad->offset, bad->chunk, bad->message);
+		       var, bad->file, bad->offset, bad->chunk, bad->message);
+		free(shown);
 		return;
 	}
 	cli_json_object(j, NULL);
-	cli_json_str(j, "variable", bad->var);
+	cli_json_str(j, "variable", var);
+	free(shown);
 	cli_json_str(j, "file", bad->file);
 	cli_json_u64(j, "offset", bad->offset);
 	cli_json_u64(j, "chunk", bad->chunk);

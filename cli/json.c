@@ -5,11 +5,12 @@
  */
 #include <inttypes.h>
 #include <math.h>
+#include <string.h>
 
 #include "cli.h"
 
-/* Length of the valid UTF-8 sequence at s, or 0 when it is not one. */
-static int utf8_len(const unsigned char *s)
+/* Length of the valid UTF-8 sequence at s (avail bytes left), or 0 when it is not one. */
+static int utf8_len(const unsigned char *s, size_t avail)
 {
 	int n;
 	uint32_t cp;
@@ -28,6 +29,8 @@ static int utf8_len(const unsigned char *s)
 	} else {
 		return 0;
 	}
+	if ((size_t)n > avail)
+		return 0;
 	for (int i = 1; i < n; i++) {
 		if ((s[i] & 0xc0) != 0x80)
 			return 0;
@@ -40,13 +43,14 @@ static int utf8_len(const unsigned char *s)
 	return n;
 }
 
-static void put_string(FILE *f, const char *str)
+/* len bytes at str as a JSON string; a byte that is not UTF-8 becomes U+FFFD. */
+static void put_string_n(FILE *f, const char *str, size_t len)
 {
-	const unsigned char *s = (const unsigned char *)str;
+	const unsigned char *s = (const unsigned char *)str, *end = s + len;
 
 	fputc('"', f);
-	while (*s) {
-		int n = utf8_len(s);
+	while (s < end) {
+		int n = utf8_len(s, (size_t)(end - s));
 		if (n == 0) {
 			/* Not UTF-8: JSON cannot carry the byte, so mark where it was. */
 			fputs("\\ufffd", f);
@@ -71,6 +75,11 @@ static void put_string(FILE *f, const char *str)
 		s += n;
 	}
 	fputc('"', f);
+}
+
+static void put_string(FILE *f, const char *str)
+{
+	put_string_n(f, str, strlen(str));
 }
 
 /* The comma and key before a member. */
@@ -111,17 +120,22 @@ void cli_json_begin_bare(cli_json *j, FILE *f)
 	open_container(j, NULL, '{', '}');
 }
 
+static int utf8_valid_n(const unsigned char *s, size_t len)
+{
+	for (size_t at = 0; at < len;) {
+		int n = utf8_len(s + at, len - at);
+		if (n == 0)
+			return 0;
+		at += (size_t)n;
+	}
+	return 1;
+}
+
 int cli_utf8_valid(const char *str)
 {
 	const unsigned char *s = (const unsigned char *)str;
 
-	while (*s) {
-		int n = utf8_len(s);
-		if (n == 0)
-			return 0;
-		s += n;
-	}
-	return 1;
+	return utf8_valid_n(s, strlen(str));
 }
 
 void cli_json_object(cli_json *j, const char *key)
@@ -187,4 +201,43 @@ void cli_json_dims(cli_json *j, const char *key, const int64_t *v, int n)
 	for (int i = 0; i < n; i++)
 		cli_json_i64(j, NULL, v[i]);
 	cli_json_end(j);
+}
+
+/* RFC 4648 base64, padded. */
+static void put_base64(FILE *f, const unsigned char *p, size_t n)
+{
+	static const char abc[] =
+		"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+	fputc('"', f);
+	for (size_t i = 0; i < n; i += 3) {
+		uint32_t v = (uint32_t)p[i] << 16;
+		if (i + 1 < n)
+			v |= (uint32_t)p[i + 1] << 8;
+		if (i + 2 < n)
+			v |= p[i + 2];
+		fputc(abc[(v >> 18) & 63], f);
+		fputc(abc[(v >> 12) & 63], f);
+		fputc(i + 1 < n ? abc[(v >> 6) & 63] : '=', f);
+		fputc(i + 2 < n ? abc[v & 63] : '=', f);
+	}
+	fputc('"', f);
+}
+
+void cli_json_bytes(cli_json *j, const char *key, const void *p, uint64_t n)
+{
+	member(j, key);
+	if (utf8_valid_n(p, (size_t)n)) {
+		put_string_n(j->f, p, (size_t)n);
+		return;
+	}
+	fputs("{\"base64\":", j->f);
+	put_base64(j->f, p, (size_t)n);
+	fputc('}', j->f);
+}
+
+void cli_json_raw(cli_json *j, const char *key, const char *text)
+{
+	member(j, key);
+	fputs(text, j->f);
 }

@@ -13,12 +13,12 @@ static int cmd_version(int argc, char **argv);
 static const cli_cmd cmds[] = {
 	{ "import", cmd_import, "Create a checkpoint from NumPy .npy files" },
 	{ "inspect", cmd_inspect, "List a checkpoint's variables: dtype, shape, slices, sizes" },
-	{ "cat", cmd_cat, "Print a variable (or a slice of it), or write it to a .npy file" },
+	{ "cat", cmd_cat, "Print a variable (or a slice of it), or write it to a .npy or raw file" },
 	{ "verify", cmd_verify, "Read every chunk of a checkpoint and check its checksum" },
 	{ "diff", cmd_diff, "Compare two checkpoints variable by variable" },
 	{ "ls", cmd_ls, "List the checkpoints under a checkpoint root" },
 	{ "reshard", cmd_reshard, "Write a checkpoint with sharded variables split into M shards" },
-	{ "export", cmd_export, "Write every variable as one full tensor, for serving" },
+	{ "export", cmd_export, "Write the variables for serving (full tensors) or as a TF checkpoint" },
 	{ "help", cmd_help, "Show help for dvar or for one command" },
 	{ "version", cmd_version, "Show the version of dvar and libdvar" },
 	{ NULL, NULL, NULL }
@@ -40,7 +40,9 @@ static void print_overview(FILE *f)
 	for (const cli_cmd *c = cmds; c->name; c++)
 		fprintf(f, "  %-9s %s\n", c->name, c->desc);
 	fprintf(f, "\nA checkpoint PATH is a checkpoint directory, or a checkpoint root holding\n"
-	           "a `checkpoint` file (then its latest checkpoint).\n"
+	           "a `checkpoint` file (then its latest checkpoint), or a TensorFlow\n"
+	           "checkpoint: its prefix (.../model.ckpt-100, .../variables/variables), or a\n"
+	           "directory whose TF `checkpoint` state file names one (then its latest).\n"
 	           "Run 'dvar help <command>' or 'dvar <command> --help' for its options.\n\n"
 	           "Exit status:\n"
 	           "  0  success\n"

@@ -30,7 +30,9 @@ DVAR_BEGIN_DECL
 #define DVAR_PART_MAGIC "DVPT"
 #define DVAR_PART_VERSION 1       /* the part entries' encoding */
 
-enum { DVAR_CODEC_RAW = 0, DVAR_CODEC_LZ4 = 1 };
+/* WHOLE is never written: a TensorBundle entry read as one raw chunk that
+ * has no block checksums, only one over the whole chunk (format/tf.h). */
+enum { DVAR_CODEC_RAW = 0, DVAR_CODEC_LZ4 = 1, DVAR_CODEC_WHOLE = 2 };
 
 /* One chunk of a saved slice: raw bytes [i*chunk_size, ...) of the slice. */
 typedef struct {
@@ -156,10 +158,16 @@ void dvar_data_file_name(char *buf, size_t cap, uint32_t file, uint32_t num_file
 
 typedef struct dvar_index_builder dvar_index_builder;
 
+/* Data blocks of the table: TensorFlow's TableBuilderOptions block_size. */
+#define DVAR_INDEX_BLOCK_SIZE (256u << 10)
+
 /* A new table file at path; keys must be added in strictly increasing order. */
 int dvar_index_builder_open(dvar_index_builder **out, const char *path);
 int dvar_index_builder_add(dvar_index_builder *b, const void *key, size_t klen,
                            const void *val, size_t vlen);
+/* End the current data block now (no-op when it is empty): TensorFlow's
+ * builder does this before an entry of 2 * DVAR_INDEX_BLOCK_SIZE bytes or more. */
+int dvar_index_builder_flush(dvar_index_builder *b);
 /* Finish the table, fsync and close it. */
 int dvar_index_builder_finish(dvar_index_builder *b);
 void dvar_index_builder_free(dvar_index_builder *b);

@@ -43,9 +43,10 @@ extern "C" int dvar_index_builder_open(dvar_index_builder **out, const char *pat
 		return index_error(DVAR_EIO, "create", path, s);
 	}
 	b->file.reset(f);
-	/* Uncompressed 256 KiB blocks, as TensorFlow writes its bundles. */
+	/* Uncompressed 256 KiB blocks, restarts every 16 keys (LevelDB's
+	 * default): TensorFlow's TableBuilderOptions for its bundles. */
 	b->options.compression = leveldb::kNoCompression;
-	b->options.block_size = 256 << 10;
+	b->options.block_size = DVAR_INDEX_BLOCK_SIZE;
 	b->table.reset(new leveldb::TableBuilder(b->options, f));
 	*out = b;
 	return DVAR_OK;
@@ -57,6 +58,14 @@ extern "C" int dvar_index_builder_add(dvar_index_builder *b, const void *key, si
 	b->table->Add(leveldb::Slice((const char *)key, klen), leveldb::Slice((const char *)val, vlen));
 	if (!b->table->status().ok())
 		return index_error(DVAR_EIO, "add", b->path, b->table->status());
+	return DVAR_OK;
+}
+
+extern "C" int dvar_index_builder_flush(dvar_index_builder *b)
+{
+	b->table->Flush();
+	if (!b->table->status().ok())
+		return index_error(DVAR_EIO, "flush", b->path, b->table->status());
 	return DVAR_OK;
 }
 

@@ -6,6 +6,11 @@
  * read, every checksum is verified, and the pieces are copied into place in
  * parallel. Restore, reshard, export and `dvar cat` are all this one read.
  * A slice stored raw and contiguous can also be mapped instead (dvar_reader_map).
+ *
+ * A TensorFlow checkpoint (TensorBundle) reads through the same code:
+ * format/tf.c turns its index into the same entries, each tensor (or saved
+ * slice of a partitioned one) one chunk of codec DVAR_CODEC_WHOLE, read and
+ * checked whole (docs/FORMAT.md, "TensorFlow checkpoints").
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -20,6 +25,7 @@
 #include <unistd.h>
 
 #include "format/format.h"
+#include "format/tf.h"
 
 typedef struct {
 	unsigned char *packed, *raw;
@@ -42,7 +48,8 @@ typedef struct {
 } data_file;
 
 struct dvar_reader {
-	char *dir;
+	char *dir;            /* the checkpoint directory, or a TensorBundle's prefix */
+	int is_tf;            /* a TensorFlow checkpoint (TensorBundle) */
 	dvar_read_options opts;
 	dvar_header header;
 	dvar_var_entry *vars; /* in name order */
@@ -210,7 +217,9 @@ static int open_files(dvar_reader *r)
 		char name[32];
 		df->fd = -1;
 		dvar_data_file_name(name, sizeof(name), f, r->header.num_files);
-		if (!(df->path = dvar_path_join(r->dir, name)))
+		df->path = r->is_tf ? dvar_tf_data_path(r->dir, f, r->header.num_files)
+		                    : dvar_path_join(r->dir, name);
+		if (!df->path)
 			return dvar_error_set(DVAR_ENOMEM, "out of memory");
 		/* A missing or short file fails the reads that need it, naming it,
 		 * and leaves the index readable for inspect and verify. */
@@ -244,6 +253,17 @@ int dvar_reader_open(dvar_reader **out, const char *path, const dvar_read_option
 		free(r);
 		return dvar_error_set(DVAR_ENOMEM, "out of memory");
 	}
+	/* A TensorFlow checkpoint: a prefix, or a directory whose state file names one. */
+	if ((rc = dvar_tf_locate(path, &r->dir)) < 0)
+		goto fail;
+	if (rc == 1) {
+		r->is_tf = 1;
+		if ((rc = dvar_tf_open_index(r->dir, &r->header, &r->vars, &r->num_vars)) ||
+		    (rc = open_files(r)) || (rc = dvar_pool_create(&r->pool, r->opts.threads)))
+			goto fail;
+		*out = r;
+		goto fail;   /* rc is DVAR_OK: only the cleanup */
+	}
 	if ((rc = dvar_resolve_checkpoint(path, &r->dir)))
 		goto fail;
 	if (!(index = dvar_path_join(r->dir, DVAR_INDEX_NAME))) {
@@ -268,7 +288,7 @@ fail:
 	free(st.slices);
 	if (rc) {
 		if (r->dir)
-			dvar_error_prefix("checkpoint '%s'", r->dir);
+			dvar_error_prefix("%scheckpoint '%s'", r->is_tf ? "TensorFlow " : "", r->dir);
 		dvar_reader_free(r);
 	}
 	free(index);
@@ -435,6 +455,14 @@ static int chunk_error(const dvar_reader *r, const dvar_var_entry *v, const dvar
 {
 	char sl[256];
 	dvar_slice_format(&s->slice, &v->shape, sl, sizeof(sl));
+	if (s->chunks[ci].codec == DVAR_CODEC_WHOLE) {
+		/* A TensorBundle entry: "variable 'w' (/m/ckpt.data-00000-of-00001 at offset 8, 4 bytes)" */
+		int full = dvar_slice_is_full(&s->slice, &v->shape);
+		return dvar_error_set(code, "variable '%s'%s%s (%s at offset %llu, %llu bytes): %s", v->name,
+		                      full ? "" : " slice ", full ? "" : sl, r->files[s->file].path,
+		                      (unsigned long long)s->chunks[ci].offset,
+		                      (unsigned long long)s->chunks[ci].stored, why);
+	}
 	return dvar_error_set(code, "variable '%s' slice %s chunk %zu (%s at offset %llu): %s", v->name,
 	                      *sl ? sl : "-", ci, r->files[s->file].path,
 	                      (unsigned long long)s->chunks[ci].offset, why);
@@ -443,13 +471,61 @@ static int chunk_error(const dvar_reader *r, const dvar_var_entry *v, const dvar
 #define WHY_MAX DVAR_ERROR_MESSAGE_MAX
 
 /*
+ * The checksum of a TensorBundle entry (a WHOLE chunk of len bytes at p) of
+ * variable v, saved slice s: fixed-width dtypes over the bytes; string
+ * tensors as TF's WriteStringTensor computes it (lengths, length checksum,
+ * bytes); dtypes whose layout dvar does not know (variant, resource) are
+ * not checked.
+ */
+static int check_whole(const dvar_var_entry *v, const dvar_slice_entry *s, const dvar_chunk *c,
+                       const unsigned char *p, uint64_t len, char *why)
+{
+	if (v->dtype == DVAR_TF_DT_STRING) {
+		uint64_t n;
+		size_t at;
+		dvar_slice_num_elements(&s->slice, &n);
+		if (n > len) {
+			snprintf(why, WHY_MAX, "%llu bytes cannot hold %llu string lengths",
+			         (unsigned long long)len, (unsigned long long)n);
+			return DVAR_ECORRUPT;
+		}
+		uint64_t *lens = malloc((size_t)(n ? n : 1) * sizeof(uint64_t));
+		if (!lens) {
+			snprintf(why, WHY_MAX, "out of memory");
+			return DVAR_ENOMEM;
+		}
+		int rc = dvar_tf_strings_decode(p, (size_t)len, n, lens, &at, "string tensor");
+		uint32_t crc = rc ? 0 : dvar_tf_strings_crc(p, (size_t)len, n, lens, at);
+		free(lens);
+		if (rc) {
+			snprintf(why, WHY_MAX, "%s", dvar_error_last()->message);
+			return rc;
+		}
+		if (crc != c->crc) {
+			snprintf(why, WHY_MAX, "checksum mismatch: stored 0x%08x, computed 0x%08x", c->crc, crc);
+			return DVAR_ECORRUPT;
+		}
+		return DVAR_OK;
+	}
+	if (!dvar_tf_dtype_size(v->dtype))
+		return DVAR_OK;
+	uint32_t crc = dvar_crc32c(p, (size_t)len);
+	if (crc != c->crc) {
+		snprintf(why, WHY_MAX, "checksum mismatch: stored 0x%08x, computed 0x%08x", c->crc, crc);
+		return DVAR_ECORRUPT;
+	}
+	return DVAR_OK;
+}
+
+/*
  * Bytes [lo, hi) of chunk ci's raw content into out, checksums verified.
  * Raw chunks read only the blocks covering [lo, hi): lo must be a block
- * boundary. lz4 chunks are read and checked whole: lo = 0, hi = raw length.
- * On failure, why says what is wrong with the chunk (chunk_error adds where).
+ * boundary. lz4 and WHOLE chunks are read and checked whole: lo = 0, hi =
+ * raw length. On failure, why says what is wrong with the chunk (chunk_error
+ * adds where).
  */
-static int load_chunk(dvar_reader *r, const dvar_slice_entry *s, size_t ci, uint64_t lo, uint64_t hi,
-                      unsigned char *out, scratch *sc, char *why)
+static int load_chunk(dvar_reader *r, const dvar_var_entry *v, const dvar_slice_entry *s, size_t ci,
+                      uint64_t lo, uint64_t hi, unsigned char *out, scratch *sc, char *why)
 {
 	const dvar_chunk *c = &s->chunks[ci];
 	const data_file *df = &r->files[s->file];
@@ -461,6 +537,11 @@ static int load_chunk(dvar_reader *r, const dvar_slice_entry *s, size_t ci, uint
 	}
 	uint64_t off = c->codec == DVAR_CODEC_RAW ? c->offset + lo : c->offset;
 	uint64_t len = c->codec == DVAR_CODEC_RAW ? hi - lo : c->stored;
+	if (off + len > df->size && r->is_tf) {
+		snprintf(why, WHY_MAX, "data file is truncated: it has %llu bytes, the entry needs bytes "
+		         "up to %llu", (unsigned long long)df->size, (unsigned long long)(off + len));
+		return DVAR_ECORRUPT;
+	}
 	if (off + len > df->size) {
 		snprintf(why, WHY_MAX, "data file is truncated: it has %llu bytes, the chunk needs bytes "
 		         "up to %llu (the index expects %llu)", (unsigned long long)df->size,
@@ -476,6 +557,8 @@ static int load_chunk(dvar_reader *r, const dvar_slice_entry *s, size_t ci, uint
 	if ((rc = dvar_fs_pread_all(df->fd, dst, (size_t)len, off, df->path)))
 		goto failed;
 	atomic_fetch_add(&r->bytes_read, len);
+	if (c->codec == DVAR_CODEC_WHOLE)
+		return check_whole(v, s, c, out, len, why);
 	if (c->codec == DVAR_CODEC_LZ4) {
 		int n = LZ4_decompress_safe((const char *)sc->packed, (char *)out, (int)len, (int)raw_len);
 		if (n != (int)raw_len) {
@@ -730,10 +813,10 @@ static int run_task(void *vctx, size_t i)
 		return DVAR_ENOMEM;
 	if (t->direct) {
 		unsigned char *out = ctx->dst + ctx->direct_first[t->slice] * ctx->esize + base;
-		if ((rc = load_chunk(ctx->r, s, t->chunk, 0, t->hi, out, sc, why)))
+		if ((rc = load_chunk(ctx->r, ctx->v, s, t->chunk, 0, t->hi, out, sc, why)))
 			chunk_error(ctx->r, ctx->v, s, t->chunk, rc, why);
 	} else if (!(rc = grow(&sc->raw, &sc->raw_cap, (size_t)(t->hi - t->lo)))) {
-		if ((rc = load_chunk(ctx->r, s, t->chunk, t->lo, t->hi, sc->raw, sc, why))) {
+		if ((rc = load_chunk(ctx->r, ctx->v, s, t->chunk, t->lo, t->hi, sc->raw, sc, why))) {
 			chunk_error(ctx->r, ctx->v, s, t->chunk, rc, why);
 		} else {
 			copy_ctx cc = { ctx, sc->raw, (base + t->lo) / ctx->esize };
@@ -745,6 +828,19 @@ static int run_task(void *vctx, size_t i)
 	if (rc == DVAR_OK)
 		progress(ctx->r, t->hi - t->lo);
 	return rc;
+}
+
+/* Only dvar's dtypes read as values (a TensorBundle may hold others). */
+static int check_readable(const dvar_var_entry *v)
+{
+	if (dvar_dtype_size(v->dtype))
+		return DVAR_OK;
+	if (v->dtype == DVAR_TF_DT_STRING)
+		return dvar_error_set(DVAR_ENOTSUPP, "variable '%s' is a string tensor: read it with "
+		                      "dvar_reader_read_strings", v->name);
+	const char *tf = dvar_tf_dtype_name(v->dtype);
+	return dvar_error_set(DVAR_ENOTSUPP, "variable '%s' has TensorFlow dtype %s%s%d%s, which dvar "
+	                      "cannot read", v->name, tf ? tf : "", tf ? " (" : "", v->dtype, tf ? ")" : "");
 }
 
 /* The saved slices must cover want: count the elements they give. */
@@ -773,6 +869,8 @@ int dvar_reader_read(dvar_reader *r, size_t i, const dvar_slice *slice, void *ds
 	if (rc)
 		return rc;
 	const dvar_var_entry *v = &r->vars[i];
+	if ((rc = check_readable(v)))
+		return rc;
 	dvar_slice want;
 	if (slice)
 		want = *slice;
@@ -813,6 +911,58 @@ int dvar_reader_read(dvar_reader *r, size_t i, const dvar_slice *slice, void *ds
 	return rc;
 }
 
+/* ---------------------------------------------------------------- strings */
+
+int dvar_reader_read_strings(dvar_reader *r, size_t i, uint64_t *lens, uint64_t n, void *bytes,
+                             uint64_t cap, uint64_t *total)
+{
+	int rc = check_var_index(r, i);
+	if (rc)
+		return rc;
+	const dvar_var_entry *v = &r->vars[i];
+	uint64_t elems;
+	if (v->dtype != DVAR_TF_DT_STRING)
+		return dvar_error_set(DVAR_EINVAL, "variable '%s' is not a string tensor: read it with "
+		                      "dvar_reader_read", v->name);
+	if (dvar_shape_num_elements(&v->shape, &elems) || n != elems)
+		return dvar_error_set(DVAR_ESHAPE, "variable '%s' holds %llu strings, not %llu", v->name,
+		                      (unsigned long long)elems, (unsigned long long)n);
+	if (n && !lens)
+		return dvar_error_set(DVAR_EINVAL, "reading variable '%s': NULL lengths", v->name);
+	if (v->num_slices != 1 || !dvar_slice_is_full(&v->slices[0].slice, &v->shape) ||
+	    v->slices[0].num_chunks != 1)
+		return dvar_error_set(DVAR_ENOTSUPP, "variable '%s' is a string tensor saved in %zu slices; "
+		                      "only one saved whole can be read", v->name, v->num_slices);
+	const dvar_slice_entry *s = &v->slices[0];
+	uint64_t len = s->chunks[0].stored;
+	char why[WHY_MAX];
+	if (len > SIZE_MAX)
+		return dvar_error_set(DVAR_ENOMEM, "variable '%s' is too large to read here", v->name);
+	unsigned char *buf = malloc((size_t)(len ? len : 1));
+	if (!buf)
+		return dvar_error_set(DVAR_ENOMEM, "out of memory (%llu bytes of string tensor '%s')",
+		                      (unsigned long long)len, v->name);
+	/* load_chunk checks every checksum; decoding again cannot fail, but is checked anyway. */
+	size_t at = 0;
+	if ((rc = load_chunk(r, v, s, 0, 0, len, buf, NULL, why)))
+		chunk_error(r, v, s, 0, rc, why);
+	else if ((rc = dvar_tf_strings_decode(buf, (size_t)len, n, lens, &at, v->name)))
+		dvar_error_prefix("variable '%s'", v->name);
+	if (!rc) {
+		uint64_t sum = len - at;
+		if (total)
+			*total = sum;
+		if (bytes && cap < sum)
+			rc = dvar_error_set(DVAR_ESHAPE, "reading variable '%s': the buffer holds %llu bytes, the "
+			                    "strings take %llu", v->name, (unsigned long long)cap,
+			                    (unsigned long long)sum);
+		else if (bytes && sum)
+			memcpy(bytes, buf + at, (size_t)sum);
+	}
+	free(buf);
+	return rc;
+}
+
 /* ---------------------------------------------------------------- verify */
 
 typedef struct {
@@ -833,7 +983,7 @@ static int verify_chunk(void *vctx, size_t ci)
 	if (rc)
 		snprintf(why, sizeof(why), "%s", dvar_error_last()->message);
 	else
-		rc = load_chunk(ctx->r, ctx->s, ci, 0, len, sc->raw, sc, why);
+		rc = load_chunk(ctx->r, ctx->v, ctx->s, ci, 0, len, sc->raw, sc, why);
 	if (sc)
 		dvar_stash_push(ctx->r->scratches, sc, scratch_release);
 	ctx->codes[ci] = rc;
@@ -933,6 +1083,10 @@ static int check_mappable(const dvar_reader *r, const dvar_var_entry *v, size_t 
 	for (size_t ci = 0; ci < s->num_chunks; ci++) {
 		const dvar_chunk *c = &s->chunks[ci];
 		uint64_t want = s->chunks[0].offset + (uint64_t)ci * s->chunk_size;
+		if (c->codec == DVAR_CODEC_WHOLE)
+			return dvar_error_set(DVAR_ENOTSUPP, "cannot map variable '%s': a TensorFlow checkpoint's "
+			                      "tensors are not page-aligned: export it first (`dvar export "
+			                      "--single-shard`)", v->name);
 		if (c->codec != DVAR_CODEC_RAW)
 			return dvar_error_set(DVAR_ENOTSUPP, "cannot map variable '%s' slice %s: chunk %zu of "
 			                      "%zu is lz4-compressed; only raw chunks can be mapped (write with "

@@ -266,7 +266,12 @@ typedef struct dvar_reader dvar_reader;
  * Open a checkpoint for reading, read-only (several processes may read one
  * checkpoint at once).
  * @param path  a checkpoint directory, or a root holding a `checkpoint`
- *              pointer file (then its latest checkpoint)
+ *              pointer file (then its latest checkpoint); or a TensorFlow
+ *              checkpoint (TensorBundle): its prefix (".../model.ckpt-100",
+ *              ".../variables/variables"), or a directory whose TF
+ *              `checkpoint` state file names it. docs/FORMAT.md,
+ *              "TensorFlow checkpoints", says how one reads as a dvar
+ *              checkpoint.
  */
 DVAR_EXTERN(int) dvar_reader_open(dvar_reader **out, const char *path,
                                   const dvar_read_options *opts);
@@ -274,7 +279,7 @@ DVAR_EXTERN(int) dvar_reader_open(dvar_reader **out, const char *path,
 /** Free the reader. NULL is a no-op. */
 DVAR_EXTERN(void) dvar_reader_free(dvar_reader *r);
 
-/** The checkpoint directory the reader opened (borrowed). */
+/** The checkpoint directory the reader opened, or a TensorFlow checkpoint's prefix (borrowed). */
 DVAR_EXTERN(const char *) dvar_reader_path(const dvar_reader *r);
 
 /** Number of variables, which are indexed 0..n-1 in name order. */
@@ -315,6 +320,25 @@ DVAR_EXTERN(int) dvar_reader_var_slice(const dvar_reader *r, size_t i, size_t j,
 DVAR_EXTERN(int) dvar_reader_read(dvar_reader *r, size_t i, const dvar_slice *slice,
                                   void *dst, uint64_t dst_bytes);
 
+/**
+ * dvar_var_info.dtype of a TensorFlow string tensor (DT_STRING), which a
+ * TensorBundle may hold (the object graph, vocabularies). Not a dvar_dtype:
+ * dvar_dtype_size and dvar_dtype_name know nothing of it; dvar_reader_read
+ * refuses it (DVAR_ENOTSUPP, saying to use dvar_reader_read_strings).
+ */
+#define DVAR_DTYPE_STRING 7
+
+/**
+ * Read string tensor i (dtype DVAR_DTYPE_STRING) whole, every checksum
+ * verified: the byte length of each of its n elements (n = the shape's
+ * element count, else DVAR_ESHAPE) into lens, and their bytes, one after
+ * the other, into bytes, which holds cap bytes. *total receives the sum of
+ * the lengths; call with bytes NULL to learn it (DVAR_ESHAPE when cap is
+ * smaller).
+ */
+DVAR_EXTERN(int) dvar_reader_read_strings(dvar_reader *r, size_t i, uint64_t *lens, uint64_t n,
+                                          void *bytes, uint64_t cap, uint64_t *total);
+
 /* Mapping: zero-copy access to raw data, for serving. docs/FORMAT.md, "Mapping". */
 
 /** dvar_reader_map flags. */
@@ -349,7 +373,8 @@ typedef struct {
  *               bytes are what the file holds.
  * @return DVAR_ENOTSUPP saying why when the slice cannot be mapped (a
  *         compressed chunk, chunks out of order, several slices for
- *         DVAR_MAP_WHOLE); DVAR_ECORRUPT when the data file is missing or
+ *         DVAR_MAP_WHOLE, any tensor of a TensorFlow checkpoint: not
+ *         page-aligned); DVAR_ECORRUPT when the data file is missing or
  *         shorter than the index says; DVAR_EINVAL for i or j out of range.
  * The mapping stays valid after dvar_reader_free until dvar_reader_unmap.
  * As with any mapping, a data file truncated by someone else meanwhile makes
@@ -407,6 +432,146 @@ DVAR_EXTERN(int) dvar_root_list_open(dvar_root_list **out, const char *root);
 DVAR_EXTERN(size_t) dvar_root_list_count(const dvar_root_list *l);
 DVAR_EXTERN(int) dvar_root_list_get(const dvar_root_list *l, size_t i, dvar_root_entry *out);
 DVAR_EXTERN(void) dvar_root_list_free(dvar_root_list *l);
+
+/* ------------------------- TensorFlow checkpoints (TensorBundle) - writing */
+
+/*
+ * A TensorFlow V2 checkpoint (TensorBundle) that tf.train.load_checkpoint,
+ * tf.train.Checkpoint.restore and every TensorBundle reader accept:
+ * PREFIX.index (a LevelDB table: the header, then one entry per key) and
+ * one data file PREFIX.data-00000-of-00001 (the tensors back to back).
+ * The bytes are TensorFlow's BundleWriter's for the same calls: header,
+ * entry encoding, table layout, masked CRC-32C checksums; docs/FORMAT.md,
+ * "Writing TensorFlow checkpoints".
+ *
+ *     dvar_tf_writer_open(&w, "export/model.ckpt");
+ *     dvar_tf_writer_begin(w, "emb/.ATTRIBUTES/VARIABLE_VALUE", DVAR_FLOAT32, &full, &rows);
+ *     while (more)
+ *         dvar_tf_writer_write(w, piece, piece_bytes);   any sizes, in order
+ *     dvar_tf_writer_end(w);
+ *     ...
+ *     dvar_tf_writer_commit(w);
+ *     dvar_tf_writer_free(w);
+ *
+ * A tensor is streamed: the writer holds one 1 MiB write buffer and the
+ * entries (a few dozen bytes per key and per slice), whatever the tensors'
+ * sizes, and checksums the bytes as they come. Nothing appears at PREFIX
+ * before dvar_tf_writer_commit: the files are written under temporary
+ * names (PREFIX.data-00000-of-00001.tempstate<N>, PREFIX.index.tempstate<N>)
+ * and renamed into place, the index last, as TensorFlow does.
+ *
+ * Keys are TensorFlow's checkpoint keys ("dense/kernel/.ATTRIBUTES/
+ * VARIABLE_VALUE", "global_step"): any non-empty NUL-free string (the
+ * empty key is the header's). Dtypes are the dvar_dtypes (numeric and
+ * DVAR_BOOL), plus string tensors (DVAR_DTYPE_STRING, the object graph of a
+ * TF2 checkpoint, vocabularies) written whole by dvar_tf_writer_add_strings.
+ * Calls on one writer come from one thread at a time.
+ */
+typedef struct dvar_tf_writer dvar_tf_writer;
+
+/**
+ * Start writing a TensorBundle that will appear at prefix when committed.
+ * The directory holding it (dirname(prefix)) is created when missing, and
+ * removed again by dvar_tf_writer_free when nothing was committed.
+ * @param out     the writer; the caller frees it with dvar_tf_writer_free
+ * @param prefix  the bundle's prefix ("dir/model.ckpt-100"): not empty, not
+ *                ending in '/'
+ * @return DVAR_EEXISTS when PREFIX.index or PREFIX.data-00000-of-00001
+ *         exists already (a bundle is never replaced); DVAR_EINVAL for a bad
+ *         prefix; DVAR_EIO when a file or directory cannot be created.
+ */
+DVAR_EXTERN(int) dvar_tf_writer_open(dvar_tf_writer **out, const char *prefix);
+
+/**
+ * Open a tensor, or one slice of a partitioned tensor, whose bytes will
+ * come through dvar_tf_writer_write; TensorFlow's BundleWriter::AddSlice
+ * (Add when slice is NULL).
+ *
+ * A slice that covers the whole shape, or NULL, is a plain entry under key.
+ * Any other slice makes key a partitioned tensor: its entry holds dtype,
+ * full shape and the list of its slices, and each slice's bytes are an
+ * entry of their own under the slice's key (EncodeTensorNameSlice), shaped
+ * as the slice, the way TensorFlow saves a ShardedVariable or a
+ * PartitionedVariable. Every extent is recorded as start and length, as
+ * TensorFlow's Python writes them, except for dimensions of size 0, which
+ * are recorded as whole ("-"): TensorFlow's extents have positive lengths.
+ *
+ * @param key    1 or more bytes, NUL-terminated, borrowed for the call
+ * @param dtype  a dvar_dtype
+ * @param full   the tensor's full shape
+ * @param slice  the part whose bytes follow, inside full; NULL for all of it
+ * @return DVAR_EINVAL, naming the key and nothing written, for: an empty
+ *         key; an unknown dtype; a bad shape or a slice outside it; a slice
+ *         of length 0 in a dimension that is not (TensorFlow cannot record
+ *         it); a key added before ("Adding duplicate key: KEY", as
+ *         TensorFlow says), as a plain entry or, for a plain entry, as a
+ *         partitioned one; a slice whose dtype or full shape differs from
+ *         the key's earlier slices; a slice that overlaps an earlier slice
+ *         of the key; a tensor already open. The writer stays usable.
+ */
+DVAR_EXTERN(int) dvar_tf_writer_begin(dvar_tf_writer *w, const char *key, int dtype,
+                                      const dvar_shape *full, const dvar_slice *slice);
+
+/**
+ * The next len bytes of the open tensor (its elements row-major,
+ * little-endian, bool as one byte 0 or 1), in any piece sizes. data is
+ * borrowed for the call.
+ * @return DVAR_EINVAL when no tensor is open, or when the pieces add up to
+ *         more bytes than the tensor holds; DVAR_EIO when the data file
+ *         cannot be written. After either failure the writer is unusable:
+ *         nothing can be committed any more, free it.
+ */
+DVAR_EXTERN(int) dvar_tf_writer_write(dvar_tf_writer *w, const void *data, size_t len);
+
+/**
+ * Close the open tensor: its entry is recorded (offset, size and the masked
+ * CRC-32C of its bytes).
+ * @return DVAR_EINVAL when no tensor is open, or when fewer bytes than it
+ *         holds were written (naming both counts; the writer is then
+ *         unusable).
+ */
+DVAR_EXTERN(int) dvar_tf_writer_end(dvar_tf_writer *w);
+
+/** dvar_tf_writer_begin, _write of the tensor's bytes at data (borrowed), _end. */
+DVAR_EXTERN(int) dvar_tf_writer_add(dvar_tf_writer *w, const char *key, int dtype,
+                                    const dvar_shape *full, const dvar_slice *slice,
+                                    const void *data);
+
+/**
+ * Add a string tensor (TensorFlow's DT_STRING, dvar_var_info.dtype
+ * DVAR_DTYPE_STRING) whole, as TensorFlow writes one: the lengths as
+ * varints, their masked CRC-32C, then the bytes. The tensor is encoded in
+ * memory (about the size of its bytes) before it is written.
+ * @param shape  its shape; n = its element count strings
+ * @param lens   the n byte lengths (NULL when n is 0), borrowed for the call
+ * @param bytes  the n strings back to back, sum(lens) bytes (any bytes, NULs
+ *               included), borrowed for the call
+ * @return DVAR_EINVAL for an empty or duplicate key ("Adding duplicate key:
+ *         KEY"), a bad shape, NULL lens or bytes where there are some, a
+ *         tensor open (the writer stays usable); DVAR_EIO when the data file
+ *         cannot be written (the writer is then unusable).
+ */
+DVAR_EXTERN(int) dvar_tf_writer_add_strings(dvar_tf_writer *w, const char *key,
+                                            const dvar_shape *shape, const uint64_t *lens,
+                                            const void *bytes);
+
+/**
+ * Finish: write the index (its keys in bytewise order, the header first),
+ * fsync both files, rename the data file and then the index into place
+ * (never replacing a file; the index appears last) and fsync the
+ * directory. A bundle with no tensors is valid (the header alone).
+ * @return DVAR_EINVAL when a tensor is still open, or when the writer was
+ *         committed before or is unusable after a failed write;
+ *         DVAR_EEXISTS when a file of the bundle appeared meanwhile;
+ *         DVAR_EIO. After a failure nothing is at prefix.
+ */
+DVAR_EXTERN(int) dvar_tf_writer_commit(dvar_tf_writer *w);
+
+/**
+ * Free the writer. NULL is a no-op. An uncommitted writer removes every file
+ * it wrote and the directories it created.
+ */
+DVAR_EXTERN(void) dvar_tf_writer_free(dvar_tf_writer *w);
 
 DVAR_END_DECL
 

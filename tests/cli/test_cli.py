@@ -1779,7 +1779,7 @@ class ExportTest(CliCase, HelperMixin):
         usage = [
             ([], "export writes every variable as one full tensor: give --single-shard"),
             (["--single-shard", "--format", "npz"],
-             "--format takes dvar or safetensors, not 'npz'"),
+             "--format takes dvar, safetensors or tf, not 'npz'"),
             (["--single-shard", "--format", "safetensors", "--chunk-size", "8K"],
              "--chunk-size applies to --format dvar only"),
             (["--single-shard", "--chunk-size", "1000"],
