@@ -125,8 +125,9 @@ cat <<EOF
 Trained the click model to step 200 on 2 workers x 2 replicas (4 shards),
 resumed it to step 300 on 1 worker x 3 replicas (6 shards), and checked
 that a job whose worker was killed at step 230, resumed on its own
-topology, ends bit for bit where an uninterrupted run does. The checkpoint verified, was resharded to 3 shards and exported;
-dvar-serve mapped the export and predicted what the trained model does.
+topology, ends bit for bit where an uninterrupted run does. The checkpoint
+verified, was resharded to 3 shards and exported; dvar-serve mapped the
+export and predicted what the trained model does.
 Files, in $work:
   ckpt/                   the job's checkpoints ($(ls -d ckpt/ckpt-* | wc -l) kept; latest ckpt-300)
   resharded/              the latest checkpoint with the table in 3 shards
