@@ -527,14 +527,18 @@ static int buffer_kind(dvar_strategy *s, const void *p, int *where, const char *
 }
 
 /* Set a->sig.where from the buffers' kind (host when no data moves) and,
- * for device buffers, wait for the replica's stream: the caller's kernels
- * on it write what the collective reads. */
+ * on a CUDA strategy, wait for the replica's stream: the caller's work on
+ * it writes what the collective reads, host buffers included (a copy to
+ * pinned memory, a kernel writing mapped memory). */
 static int settle_where(dvar_replica *r, dvar_coll_args *a, int where, int moves)
 {
 	a->sig.where = where > 0 && moves;
 #if DVAR_WITH_CUDA
 	if (a->sig.where)
 		return dvar_cuda_coll_prepare(r, a);
+	if (r->s->cuda && moves)
+		return dvar_cuda_status(cudaStreamSynchronize(dvar_cuda_stream(r->s->cuda, r->local)),
+		                        "waiting for the replica's stream");
 #endif
 	(void)r;
 	return DVAR_OK;

@@ -30,6 +30,16 @@ int dvar_mem_is_device(const dvar_strategy *s, const void *p)
 	return 0;
 }
 
+int dvar_mem_is_local(const dvar_strategy *s, int local, const void *p)
+{
+#if DVAR_WITH_CUDA
+	if (s->cuda)
+		return dvar_cuda_is_resident(CUDA_OF(s), local, p);
+#endif
+	(void)s, (void)local, (void)p;
+	return 1;
+}
+
 void *dvar_mem_alloc(dvar_strategy *s, int local, size_t bytes, int zero)
 {
 	void *p;

@@ -34,6 +34,15 @@ int dvar_mem_on_device(const dvar_strategy *s);
 int dvar_mem_is_device(const dvar_strategy *s, const void *p);
 
 /**
+ * 1 when p can stand for local replica local's own memory as it is (a
+ * collective's buffer that its GPU's kernels and NCCL use directly):
+ * memory of its GPU, or managed memory, on a CUDA strategy; any memory on
+ * a host strategy. Another GPU's memory is not: copy through the
+ * replica's own (dvar_mem_copy reaches every GPU).
+ */
+int dvar_mem_is_local(const dvar_strategy *s, int local, const void *p);
+
+/**
  * bytes of memory for local replica local's data: page-aligned host memory
  * (dvar_page_alloc), or device memory on its GPU. Zero-filled when zero.
  * NULL with the error set when out of memory. bytes = 0 gives a valid

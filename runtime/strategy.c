@@ -334,6 +334,7 @@ typedef struct {
 	int32_t code;
 	int32_t device;
 	int32_t groups; /* CUDA: GPUs of the worker's replicas */
+	uint32_t flags; /* DVAR_STRATEGY_*: they choose the NCCL calls a collective makes */
 	char message[512];
 } create_record;
 
@@ -388,6 +389,7 @@ static int agree(dvar_strategy *s, int local_rc, int device, int groups)
 	mine->code = local_rc;
 	mine->device = device;
 	mine->groups = groups;
+	mine->flags = s->flags;
 	if (local_rc != DVAR_OK)
 		snprintf(mine->message, sizeof mine->message, "%s", dvar_error_last()->message);
 	rc = dvar_comm_allgather(s->comm, mine, recs, sizeof *mine,
@@ -425,6 +427,13 @@ static int agree(dvar_strategy *s, int local_rc, int device, int groups)
 				                    "worker %d spreads its replicas over %d GPUs but worker 0 "
 				                    "over %d: every worker must use as many",
 				                    w, recs[w].groups, recs[0].groups);
+			/* A worker with DVAR_STRATEGY_NCCL_ALL_REDUCE calls ncclAllReduce
+			 * where one without sends and receives: NCCL would wait forever. */
+			else if (device == DVAR_DEVICE_CUDA && recs[w].flags != recs[0].flags)
+				rc = dvar_error_set(DVAR_EINVAL,
+				                    "worker %d creates the strategy with flags 0x%x but worker "
+				                    "0 with 0x%x: every worker must pass the same flags",
+				                    w, (unsigned)recs[w].flags, (unsigned)recs[0].flags);
 		}
 	}
 	free(recs);

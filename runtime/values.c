@@ -670,9 +670,10 @@ static int reduce_replica(dvar_replica *ctx, void *arg)
 	if (count == 0)
 		return DVAR_OK; /* every replica knows: nothing to move */
 	bytes = (size_t)count * dvar_dtype_size(c->dtype);
-	/* Local 0 receives straight into the caller's buffer, when it is memory
-	 * of the components' kind (a collective's buffers are of one kind). */
-	direct = local == 0 && dvar_mem_is_device(c->s, c->dst) == dvar_mem_on_device(c->s);
+	/* Local 0 receives straight into the caller's buffer when it is memory
+	 * of the components' kind and place (a collective's buffers are of one
+	 * kind, and on GPUs its kernels use them where they are). */
+	direct = local == 0 && dvar_mem_is_local(c->s, 0, c->dst);
 	if ((!direct || c->axis != DVAR_AXIS_NONE) &&
 	    !(scratch = dvar_mem_alloc(c->s, local, bytes, 0)))
 		return dvar_error_prefix("%s (%zu bytes)", c->what, bytes);
@@ -745,8 +746,8 @@ static int gather_replica(dvar_replica *ctx, void *arg)
 	if (bytes == 0)
 		return DVAR_OK;
 	/* Local 0 gathers into the caller's buffer when it is memory of the
-	 * components' kind. */
-	direct = local == 0 && dvar_mem_is_device(c->s, c->dst) == dvar_mem_on_device(c->s);
+	 * components' kind and place. */
+	direct = local == 0 && dvar_mem_is_local(c->s, 0, c->dst);
 	if (!direct && !(scratch = dvar_mem_alloc(c->s, local, (size_t)bytes, 0)))
 		return dvar_error_prefix("%s (%llu bytes)", c->what, (unsigned long long)bytes);
 	rc = dvar_replica_all_gather(ctx, c->dtype, &comp->shape, comp->data, c->axis,

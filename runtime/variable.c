@@ -409,8 +409,8 @@ struct read_job {
 /*
  * Local replica 0 receives the result straight into dst; the others need a
  * destination too, so they receive each piece into scratch and drop it. On
- * GPUs the pieces travel in device memory: a host dst gets each piece
- * copied from scratch.
+ * GPUs the pieces travel in local replica 0's GPU memory: a host dst, or
+ * another GPU's, gets each piece copied from scratch.
  */
 static int read_replica(dvar_replica *ctx, void *arg)
 {
@@ -419,7 +419,7 @@ static int read_replica(dvar_replica *ctx, void *arg)
 	dvar_strategy *s = v->s;
 	int local = dvar_replica_local_id(ctx);
 	int dev = dvar_mem_on_device(s);
-	int direct = local == 0 && (!dev || dvar_mem_is_device(s, job->dst));
+	int direct = local == 0 && dvar_mem_is_local(s, 0, job->dst);
 	size_t piece = READ_PIECE_BYTES / v->esize;
 	unsigned char *scratch = NULL;
 	int rc = DVAR_OK;

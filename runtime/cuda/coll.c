@@ -111,6 +111,13 @@ static size_t piece_elems(size_t es, int G)
 
 /* ---------------------------------------------------------------- prepare */
 
+/*
+ * What is reserved here stays valid until the data phase: only calls for
+ * this local touch its scratch (cuda.c's staging in slot 1 included), and
+ * between here and the data phase its thread only waits in enter(). The
+ * data phase fetches the slots with bytes = 0, which returns a reserved
+ * buffer unchanged.
+ */
 int dvar_cuda_coll_prepare(dvar_replica *r, const dvar_coll_args *a)
 {
 	dvar_strategy *s = r->s;
@@ -123,9 +130,9 @@ int dvar_cuda_coll_prepare(dvar_replica *r, const dvar_coll_args *a)
 	if ((rc = check(cudaStreamSynchronize(dvar_cuda_stream(c, r->local)),
 	                "waiting for the replica's stream")) != DVAR_OK)
 		return rc;
-	if (dvar_cuda_leader(c, g) != r->local || G == 1)
+	if (dvar_cuda_leader(c, g) != r->local)
 		return DVAR_OK;
-	if (a->sig.kind == DVAR_COLL_ALL_REDUCE && !native(s, a->sig.dtype)) {
+	if (a->sig.kind == DVAR_COLL_ALL_REDUCE && G > 1 && !native(s, a->sig.dtype)) {
 		size_t most = 0, piece = piece_elems(es, G), bytes;
 
 		for (size_t i = 0; i < a->n; i++)
@@ -135,14 +142,15 @@ int dvar_cuda_coll_prepare(dvar_replica *r, const dvar_coll_args *a)
 		if (!dvar_cuda_scratch(c, r->local, 0, bytes) || !dvar_cuda_scratch(c, r->local, 1, bytes))
 			return dvar_error_prefix("all_reduce");
 	} else if (a->sig.kind == DVAR_COLL_ALL_GATHER) {
-		/* Every replica's (local, rows) per rank, and a staging buffer as
-		 * large as the destination when rows must be interleaved. */
+		/* Every replica's (local, rows) per rank (NCCL only), and a staging
+		 * buffer as large as the destination when rows must be interleaved:
+		 * one GPU in all stages too (dvar_cuda_coll_all_gather). */
 		size_t table = 2 * (size_t)s->R * sizeof(int64_t) * ((size_t)G + 1);
 		int interleaved = 0;
 
 		for (int d = 0; d < a->sig.axis; d++)
 			interleaved |= a->sig.dims[d] > 1;
-		if (!dvar_cuda_scratch(c, r->local, 1, table) ||
+		if ((G > 1 && !dvar_cuda_scratch(c, r->local, 1, table)) ||
 		    (interleaved && !dvar_cuda_scratch(c, r->local, 0, a->dst_bytes ? a->dst_bytes : 1)))
 			return dvar_error_prefix("all_gather");
 	}
@@ -276,6 +284,9 @@ void dvar_cuda_coll_all_reduce(dvar_replica *r, const dvar_coll_args *a)
 
 	if (dvar_cuda_leader(c, g) != r->local)
 		return;
+	/* The replica function may have made another GPU current; kernels
+	 * launch only on a stream of the current device. */
+	rc = dvar_cuda_bind(c, r->local);
 	for (size_t i = 0; i < a->n && rc == DVAR_OK; i++)
 		rc = all_reduce_buffer(s, g, a, i, st);
 	if (rc == DVAR_OK)
@@ -303,6 +314,10 @@ void dvar_cuda_coll_broadcast(dvar_replica *r, const dvar_coll_args *a)
 
 	if (leader != r->local)
 		return;
+	if ((rc = dvar_cuda_bind(c, r->local)) != DVAR_OK) {
+		fail_data(s);
+		return;
+	}
 	if (dvar_cuda_num_ranks(c) == 1) {
 		/* One GPU in all: the root is one of this group's replicas. */
 		from = s->args[root_local]->buf;
@@ -421,6 +436,7 @@ void dvar_cuda_coll_all_gather(dvar_replica *r, const dvar_coll_args *a)
 
 	if (leader != r->local)
 		return;
+	rc = dvar_cuda_bind(c, r->local);
 	for (int d = 0; d < a->sig.axis; d++)
 		outer *= (uint64_t)s->gather_shape.dims[d];
 	for (int d = a->sig.axis + 1; d < s->gather_shape.rank; d++)
@@ -432,8 +448,10 @@ void dvar_cuda_coll_all_gather(dvar_replica *r, const dvar_coll_args *a)
 	stage = outer > 1 ? dvar_cuda_scratch(c, leader, 0, 0) : dst;
 	rows = malloc(((size_t)s->N + 1) * sizeof *rows);
 	off = malloc(((size_t)s->N + 1) * sizeof *off);
-	if (!rows || !off)
+	if (rc == DVAR_OK && (!rows || !off))
 		rc = dvar_error_set(DVAR_ENOMEM, "all_gather: out of memory");
+	if (rc == DVAR_OK && !stage) /* reserved by dvar_cuda_coll_prepare: not expected */
+		rc = dvar_error_prefix("all_gather: staging");
 	if (rc == DVAR_OK && result > 0)
 		rc = gather_plan(s, g, st, rows, off);
 	for (int k = 0; k < nm && rc == DVAR_OK && result > 0; k++) {

@@ -221,26 +221,39 @@ static int setup(dvar_cuda *c, const int *devices, int ndev)
 
 #if DVAR_WITH_NCCL
 /* What every worker says before NCCL starts: whether its setup worked, how
- * many groups (ranks) it has, and (worker 0) the NCCL id. */
+ * many groups (ranks) it has, which group each local replica is in, and
+ * (worker 0) the NCCL id. */
 typedef struct {
 	int32_t rc;
 	int32_t ngroups;
+	uint8_t group_of[DVAR_MAX_REPLICAS]; /* < R <= 256; zero past R */
 	ncclUniqueId id;
 } nccl_hello;
 
 /* Every worker's hello is in: DVAR_OK when NCCL may start, else the
- * same failure on every worker. */
+ * same failure on every worker. The pattern must match too, not only the
+ * count: a broadcast's or all_gather's root rank is worker * ngroups +
+ * group_of(local), computed from the local replica's group on this worker
+ * (coll.c), so workers that group their replicas differently (devices
+ * {0, 1} and {0, 0, 1, 1} for 4 replicas) would name different roots. */
 static int hello_verdict(const nccl_hello *all, int W)
 {
 	for (int w = 0; w < W; w++)
 		if (all[w].rc != DVAR_OK)
 			return dvar_error_set(all[w].rc, "worker %d could not set up its GPUs", w);
-	for (int w = 1; w < W; w++)
+	for (int w = 1; w < W; w++) {
 		if (all[w].ngroups != all[0].ngroups)
 			return dvar_error_set(DVAR_EINVAL,
 			                      "worker 0 has %d distinct GPUs for its replicas and worker "
 			                      "%d has %d: NCCL needs the same number on every worker",
 			                      (int)all[0].ngroups, w, (int)all[w].ngroups);
+		if (memcmp(all[w].group_of, all[0].group_of, sizeof all[0].group_of) != 0)
+			return dvar_error_set(DVAR_EINVAL,
+			                      "worker %d shares its GPUs among its replicas in another "
+			                      "pattern than worker 0: list the devices in the same "
+			                      "pattern on every worker",
+			                      w);
+	}
 	return DVAR_OK;
 }
 
@@ -273,6 +286,8 @@ static int nccl_connect(dvar_cuda *c, int rc, dvar_comm *comm, int W, int worker
 			                                           "workers' NCCL hellos", W);
 		mine.rc = rc;
 		mine.ngroups = ngroups;
+		for (int i = 0; rc == DVAR_OK && i < c->R; i++)
+			mine.group_of[i] = (uint8_t)c->loc[i].group;
 		snprintf(saved, sizeof saved, "%s", rc != DVAR_OK ? dvar_error_last()->message : "");
 		xrc = dvar_comm_allgather(comm, &mine, all, sizeof mine, "the NCCL id");
 		if (rc != DVAR_OK)
@@ -486,6 +501,12 @@ static int resident(const void *p, int dev)
 		return 0;
 	}
 	return a.type == cudaMemoryTypeManaged || (a.type == cudaMemoryTypeDevice && a.device == dev);
+}
+
+int dvar_cuda_is_resident(const dvar_cuda *c, int local, const void *p)
+{
+	assert(local >= 0 && local < c->R);
+	return resident(p, c->loc[local].dev);
 }
 
 /* Make *buf at least bytes (and at least one byte) of GPU dev's memory.

@@ -13,7 +13,8 @@
  * worker, each worker's groups in order, and a collective combines a
  * group's replicas with kernels on its GPU before NCCL combines the groups.
  * Every worker has the same R; dvar_cuda_open checks that every worker has
- * the same number of groups (device lists, or visible GPUs, may differ).
+ * the same groups (as many, holding the same locals; device lists, or
+ * visible GPUs, may differ).
  *
  * Threads. Each replica thread binds to its GPU when it starts
  * (dvar_cuda_bind); calls for a local from another thread (the coordinator,
@@ -72,9 +73,9 @@ int dvar_cuda_visible(int *count);
  * local replica a compute stream and a snapshot stream (non-blocking); per
  * group, with NCCL and more than one rank in all, one communicator rank.
  * With NCCL and W > 1 every worker then takes part in one allgather over
- * comm, whatever its own setup gave: its status, its number of groups and
- * (worker 0) the NCCL unique id. NCCL's init runs only when every worker
- * succeeded with the same number of groups; otherwise every worker returns
+ * comm, whatever its own setup gave: its status, its groups and (worker 0)
+ * the NCCL unique id. NCCL's init runs only when every worker succeeded
+ * with the same groups; otherwise every worker returns
  * an error without entering it (its own error, or one naming the first
  * failing worker), since a worker that skipped NCCL's init would leave the
  * others waiting in it with no timeout. The caller's agreement
@@ -118,6 +119,9 @@ ncclComm_t dvar_cuda_comm(const dvar_cuda *c, int group);
 
 /** 1 when p is device or managed memory (cudaPointerGetAttributes). */
 int dvar_cuda_is_device(const void *p);
+
+/** 1 when p is local's GPU's memory or managed memory: kernels there may use it as it is. */
+int dvar_cuda_is_resident(const dvar_cuda *c, int local, const void *p);
 
 /* The device side of runtime/device.h, same contracts. */
 void *dvar_cuda_alloc(dvar_cuda *c, int local, size_t bytes, int zero);
