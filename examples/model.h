@@ -29,6 +29,7 @@
 #define MODEL_EXAMPLES "metrics/examples" /* sync-on-read SUM, int64 */
 #define MODEL_CORRECT "metrics/correct"   /* sync-on-read SUM, int64 */
 #define MODEL_STEP "global_step"          /* a plain int64 scalar */
+#define MODEL_SEED "config/seed"          /* a plain int64 scalar: the data's seed */
 #define MODEL_INPUT "input"               /* the input iterator's position */
 
 enum {

@@ -57,7 +57,10 @@ typedef struct {
 	dvar_variable *vars[5]; /* kernel, bias, loss, examples, correct: the manager's list */
 	dvar_checkpoint_manager *m;
 	int64_t step;           /* MODEL_STEP's value */
-	dvar_store_tensor step_tensor;
+	/* The seed makes the data: a resume with another would train on other
+	 * examples without a word, so it is saved and checked. */
+	int64_t seed;
+	dvar_store_tensor tensors[2]; /* MODEL_STEP, MODEL_SEED */
 	dvar_replica_batch *batches;
 	replica_scratch *scratch;
 	int64_t *ids;      /* the ids of every local row, local replica by replica */
@@ -144,7 +147,7 @@ static void usage(FILE *f)
 	        "\n"
 	        "Topology-dependent options (--replicas, --shards, the number of workers)\n"
 	        "may change between runs; the model options (--batch --seed --vocab --dim\n"
-	        "--examples) must stay those of the checkpoint.\n",
+	        "--examples) must stay those of the checkpoint: a resume checks them.\n",
 	        MODEL_FEATURES);
 }
 
@@ -317,8 +320,8 @@ static void open_manager(job *j)
 	dvar_restore_options ro = DVAR_RESTORE_OPTIONS_INIT;
 	dvar_manager_options mo = DVAR_MANAGER_OPTIONS_INIT;
 
-	so.tensors = ro.tensors = &j->step_tensor;
-	so.num_tensors = ro.num_tensors = 1;
+	so.tensors = ro.tensors = j->tensors;
+	so.num_tensors = ro.num_tensors = 2;
 	so.sharded = ro.sharded = &j->emb;
 	so.num_sharded = ro.num_sharded = 1;
 	so.iterators = ro.iterators = &j->it;
@@ -592,8 +595,9 @@ int main(int argc, char **argv)
 	tty = j.worker == 0 && (j.o.progress < 0 ? isatty(2) : j.o.progress);
 	check_fresh_root(&j.o);
 
-	j.step_tensor = (dvar_store_tensor){ .name = MODEL_STEP, .dtype = DVAR_INT64,
-		                             .data = &j.step };
+	j.seed = (int64_t)j.o.seed;
+	j.tensors[0] = (dvar_store_tensor){ .name = MODEL_STEP, .dtype = DVAR_INT64, .data = &j.step };
+	j.tensors[1] = (dvar_store_tensor){ .name = MODEL_SEED, .dtype = DVAR_INT64, .data = &j.seed };
 	j.batches = xcalloc((size_t)j.R, sizeof *j.batches);
 	j.scratch = xcalloc((size_t)j.R, sizeof *j.scratch);
 	for (int r = 0; r < j.R; r++) {
@@ -617,6 +621,10 @@ int main(int argc, char **argv)
 		if (rc == DVAR_OK && restored != j.step)
 			die("checkpoint ckpt-%" PRId64 " holds %s = %" PRId64, restored, MODEL_STEP,
 			    j.step);
+		if (rc == DVAR_OK && j.seed != (int64_t)j.o.seed)
+			die("checkpoint ckpt-%" PRId64 " was trained on the data of --seed %" PRId64
+			    "; resume it with that seed",
+			    restored, j.seed);
 		if (rc == DVAR_OK && tty)
 			fprintf(stderr, "resumed from %s/ckpt-%" PRId64 " on %d worker(s) x %d replica(s)\n",
 			        j.o.ckpt, restored, j.W, j.R);

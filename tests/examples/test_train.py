@@ -163,6 +163,8 @@ class Checkpoint(TrainCase):
         self.assertEqual(found["input"]["attributes"]["kind"], "iterator")
         out, _ = self.dvar("cat", self.path("c"), "global_step")
         self.assertEqual(out.split()[-1], "25")
+        out, _ = self.dvar("cat", self.path("c"), "config/seed")
+        self.assertEqual(out.split()[-1], "1")
         out, _ = self.dvar("cat", self.path("c"), "metrics/examples")
         self.assertEqual(out.split()[-1], str(25 * 64))
         self.assertEqual(summary["examples"], 25 * 64)
@@ -203,6 +205,13 @@ class Errors(TrainCase):
         _, _, err = self.train("c", "--steps", 20, "--resume", "--batch", "32", code=1)
         self.assertIn("restoring", err)
         self.assertIn("batch", err)
+
+    def test_resume_with_other_seed(self):
+        self.train("c", "--steps", 10, "--seed", "7")
+        _, _, err = self.train("c", "--steps", 20, "--resume", code=1)
+        self.assertIn("was trained on the data of --seed 7; resume it with that seed", err)
+        summary, _, _ = self.train("c", "--steps", 20, "--resume", "--seed", "7")
+        self.assertEqual((summary["start_step"], summary["step"]), (10, 20))
 
     def test_resume_with_other_dim(self):
         self.train("c", "--steps", 10)
