@@ -110,21 +110,22 @@ int cli_find_var(const char *cmd, const dvar_reader *r, const char *name, int sh
 int cli_read_strings(const char *cmd, dvar_reader *r, size_t i, uint64_t n, uint64_t **lens,
                      char **bytes, uint64_t *total)
 {
+	dvar_var_info v;
 	*bytes = NULL;
 	*total = 0;
+	if (dvar_reader_var(r, i, &v) != DVAR_OK)
+		return cli_error_dvar(cmd);
 	if (n > SIZE_MAX / sizeof(uint64_t) || !(*lens = malloc((size_t)(n ? n : 1) * sizeof(uint64_t))))
 		return cli_error(cmd, "out of memory");
-	if (dvar_reader_read_strings(r, i, *lens, n, NULL, 0, total) != DVAR_OK)
-		goto fail;
-	if (*total >= SIZE_MAX || !(*bytes = malloc((size_t)*total + 1))) {
+	/* The stored bytes hold the strings and more: one read, no sizing pass. */
+	if (v.stored_bytes >= SIZE_MAX || !(*bytes = malloc((size_t)v.stored_bytes + 1))) {
 		free(*lens);
 		*lens = NULL;
 		return cli_error(cmd, "out of memory (%llu bytes of strings)",
-		                 (unsigned long long)*total);
+		                 (unsigned long long)v.stored_bytes);
 	}
-	if (dvar_reader_read_strings(r, i, *lens, n, *bytes, *total, total) == DVAR_OK)
+	if (dvar_reader_read_strings(r, i, *lens, n, *bytes, v.stored_bytes, total) == DVAR_OK)
 		return CLI_EXIT_OK;
-fail:
 	free(*lens);
 	free(*bytes);
 	*lens = NULL;
@@ -298,7 +299,7 @@ int cli_tf_state_read(const char *dir, cli_tf_state *out, char *err, size_t cap)
 		char *value = parse_string(v, &end);
 		while (end && (*end == ' ' || *end == '\t' || *end == '\r'))
 			end++;
-		if (!value || *end || !value[0]) {
+		if (!value || (*end && *end != '#') || !value[0]) {
 			free(value);
 			snprintf(err, cap, "'%s' line %d: %s is not a quoted path", path, lineno, line);
 			rc = -1;

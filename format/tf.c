@@ -278,16 +278,13 @@ static int version_decode(pb *b, dvar_tf_header *h)
 				first = 0;
 				if ((rc = pb_int32(packed ? &src : b, f, name, WT_VARINT, &v)))
 					break;
-				if (h->num_bad_consumers == cap) {
-					size_t ncap = cap ? cap * 2 : 4;
-					int32_t *np = realloc(h->bad_consumers, ncap * sizeof(int32_t));
-					if (!np) {
-						rc = dvar_error_set(DVAR_ENOMEM, "out of memory");
-						break;
-					}
-					h->bad_consumers = np;
-					cap = ncap;
+				int32_t *np = dvar_tf_grow(h->bad_consumers, h->num_bad_consumers, &cap,
+				                           sizeof(int32_t), 4);
+				if (!np) {
+					rc = dvar_error_set(DVAR_ENOMEM, "out of memory");
+					break;
 				}
+				h->bad_consumers = np;
 				h->bad_consumers[h->num_bad_consumers++] = v;
 			}
 		} else {
@@ -508,16 +505,12 @@ int dvar_tf_entry_decode(dvar_tf_entry *out, const void *p, size_t n, const char
 				rc = dvar_error_set(DVAR_ENOTSUPP, "%s lists more than %u slices", w, TF_MAX_SLICES);
 				break;
 			}
-			if (out->num_slices == cap) {
-				size_t ncap = cap ? cap * 2 : 4;
-				dvar_tf_slice *s = realloc(out->slices, ncap * sizeof(*s));
-				if (!s) {
-					rc = dvar_error_set(DVAR_ENOMEM, "out of memory");
-					break;
-				}
-				out->slices = s;
-				cap = ncap;
+			dvar_tf_slice *s = dvar_tf_grow(out->slices, out->num_slices, &cap, sizeof(*s), 4);
+			if (!s) {
+				rc = dvar_error_set(DVAR_ENOMEM, "out of memory");
+				break;
 			}
+			out->slices = s;
 			if (!(rc = slice_decode(&sub, &out->slices[out->num_slices])))
 				out->num_slices++;
 			break;
@@ -969,7 +962,7 @@ static int is_file(const char *path)
 	return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
-static char *concat(const char *a, const char *b)
+char *dvar_tf_concat(const char *a, const char *b)
 {
 	size_t la = strlen(a), lb = strlen(b);
 	char *p = malloc(la + lb + 1);
@@ -980,10 +973,23 @@ static char *concat(const char *a, const char *b)
 	return p;
 }
 
+void *dvar_tf_grow(void *arr, size_t len, size_t *cap, size_t elem, size_t first)
+{
+	if (len < *cap)
+		return arr;
+	size_t ncap = *cap ? *cap * 2 : first;
+	if (ncap < *cap || ncap > SIZE_MAX / elem)
+		return NULL;
+	void *p = realloc(arr, ncap * elem);
+	if (p)
+		*cap = ncap;
+	return p;
+}
+
 /* prefix + ".index" is a regular file: 1 / 0 / DVAR_ENOMEM. */
 static int has_index(const char *prefix)
 {
-	char *ix = concat(prefix, ".index");
+	char *ix = dvar_tf_concat(prefix, ".index");
 	if (!ix)
 		return dvar_error_set(DVAR_ENOMEM, "out of memory");
 	int yes = is_file(ix);
@@ -1233,14 +1239,10 @@ static int scan_visit(void *ud, const void *key, size_t klen, const void *val, s
 		if ((rc = dvar_tf_slice_key_decode(key, klen, &full, &flen, &sl)) < 0)
 			return rc;
 		free(full);
-		if (st->num_slices == st->cap_slices) {
-			size_t cap = st->cap_slices ? st->cap_slices * 2 : 16;
-			tf_pending *p = realloc(st->slices, cap * sizeof(*p));
-			if (!p)
-				return dvar_error_set(DVAR_ENOMEM, "out of memory");
-			st->slices = p;
-			st->cap_slices = cap;
-		}
+		tf_pending *p = dvar_tf_grow(st->slices, st->num_slices, &st->cap_slices, sizeof(*p), 16);
+		if (!p)
+			return dvar_error_set(DVAR_ENOMEM, "out of memory");
+		st->slices = p;
 		tf_pending *ps = &st->slices[st->num_slices];
 		memset(ps, 0, sizeof(*ps));
 		if (!(ps->key = malloc(klen)))
@@ -1263,14 +1265,10 @@ static int scan_visit(void *ud, const void *key, size_t klen, const void *val, s
 	if (klen > DVAR_MAX_NAME)
 		return dvar_error_set(DVAR_ENOTSUPP, "index key '%s' is %zu bytes long; dvar's variable "
 		                      "names are at most %d", shown, klen, DVAR_MAX_NAME);
-	if (st->num_vars == st->cap_vars) {
-		size_t cap = st->cap_vars ? st->cap_vars * 2 : 16;
-		tf_plain *p = realloc(st->vars, cap * sizeof(*p));
-		if (!p)
-			return dvar_error_set(DVAR_ENOMEM, "out of memory");
-		st->vars = p;
-		st->cap_vars = cap;
-	}
+	tf_plain *p = dvar_tf_grow(st->vars, st->num_vars, &st->cap_vars, sizeof(*p), 16);
+	if (!p)
+		return dvar_error_set(DVAR_ENOMEM, "out of memory");
+	st->vars = p;
 	tf_plain *pv = &st->vars[st->num_vars];
 	memset(pv, 0, sizeof(*pv));
 	if (!(pv->name = strndup(key, klen)))
@@ -1429,7 +1427,7 @@ int dvar_tf_open_index(const char *prefix, dvar_header *header, dvar_var_entry *
 	memset(header, 0, sizeof(*header));
 	*vars = NULL;
 	*num_vars = 0;
-	char *index = concat(prefix, ".index");
+	char *index = dvar_tf_concat(prefix, ".index");
 	if (!index)
 		return dvar_error_set(DVAR_ENOMEM, "out of memory");
 	st.index_path = index;

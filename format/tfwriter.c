@@ -116,14 +116,10 @@ static int new_item(dvar_tf_writer *w, const char *k, size_t n, tf_item **out)
 		for (size_t i = 0; i < w->num_items; i++)
 			table_put(w, i);
 	}
-	if (w->num_items == w->cap_items) {
-		size_t cap = w->cap_items ? w->cap_items * 2 : 16;
-		tf_item *p = realloc(w->items, cap * sizeof(*p));
-		if (!p)
-			return dvar_error_set(DVAR_ENOMEM, "out of memory");
-		w->items = p;
-		w->cap_items = cap;
-	}
+	tf_item *p = dvar_tf_grow(w->items, w->num_items, &w->cap_items, sizeof(*p), 16);
+	if (!p)
+		return dvar_error_set(DVAR_ENOMEM, "out of memory");
+	w->items = p;
 	tf_item *it = &w->items[w->num_items];
 	memset(it, 0, sizeof(*it));
 	if (!(it->key = malloc(n + 1)))
@@ -176,24 +172,12 @@ static uint64_t random_u64(void)
 	return x;
 }
 
-/* prefix + suffix, malloc'ed; NULL on ENOMEM. */
-static char *concat(const char *a, const char *b)
-{
-	size_t la = strlen(a), lb = strlen(b);
-	char *p = malloc(la + lb + 1);
-	if (p) {
-		memcpy(p, a, la);
-		memcpy(p + la, b, lb + 1);
-	}
-	return p;
-}
-
 /* path + ".tempstate<random u64>", as TensorFlow names its temporary files. */
 static char *temp_name(const char *path)
 {
 	char suffix[40];
 	snprintf(suffix, sizeof(suffix), ".tempstate%llu", (unsigned long long)random_u64());
-	return concat(path, suffix);
+	return dvar_tf_concat(path, suffix);
 }
 
 /*
@@ -261,7 +245,7 @@ int dvar_tf_writer_open(dvar_tf_writer **out, const char *prefix)
 		return dvar_error_set(DVAR_ENOMEM, "out of memory");
 	w->fd = -1;
 	const char *slash = strrchr(prefix, '/');
-	if (!(w->prefix = strdup(prefix)) || !(w->index_path = concat(prefix, ".index")) ||
+	if (!(w->prefix = strdup(prefix)) || !(w->index_path = dvar_tf_concat(prefix, ".index")) ||
 	    !(w->data_path = dvar_tf_data_path(prefix, 0, 1)) ||
 	    !(w->dir = slash ? strndup(prefix, slash == prefix ? 1 : (size_t)(slash - prefix))
 	                     : strdup(".")) ||

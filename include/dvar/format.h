@@ -334,7 +334,8 @@ DVAR_EXTERN(int) dvar_reader_read(dvar_reader *r, size_t i, const dvar_slice *sl
  * element count, else DVAR_ESHAPE) into lens, and their bytes, one after
  * the other, into bytes, which holds cap bytes. *total receives the sum of
  * the lengths; call with bytes NULL to learn it (DVAR_ESHAPE when cap is
- * smaller).
+ * smaller), or give cap = dvar_var_info.stored_bytes, which always holds
+ * them, to read the tensor once.
  */
 DVAR_EXTERN(int) dvar_reader_read_strings(dvar_reader *r, size_t i, uint64_t *lens, uint64_t n,
                                           void *bytes, uint64_t cap, uint64_t *total);

@@ -672,6 +672,21 @@ class StateFileTest(TfCase):
                           for c in doc["checkpoints"]],
                          [("ckpt-1", True, True), ("ckpt-2", False, True)])
 
+    def test_comments_and_a_malformed_state_file(self):
+        # Text format allows a comment after a value: the reader and `ls` agree on it.
+        d = self.tf_dir(STATE.replace('"ckpt-2"\n', '"ckpt-1"  # rolled back\n', 1))
+        self.assertEqual(self.dvar("cat", d, "c")[0], "3\n")
+        out, err = self.dvar("ls", d)
+        self.assertEqual(err, "")
+        self.assertEqual(out.splitlines()[1].split(), ["1", "ckpt-1", "163", "B", "latest,kept,tf"])
+        # An unquoted path: `ls` says so and still lists the bundles, unmarked.
+        with open(os.path.join(d, "checkpoint"), "w") as f:
+            f.write("model_checkpoint_path: ckpt-2\n")
+        out, err = self.dvar("ls", d)
+        self.assertIn("line 1: model_checkpoint_path is not a quoted path", err)
+        self.assertEqual([l.split()[1:] for l in out.splitlines()[1:]],
+                         [["ckpt-1", "163", "B", "tf"], ["ckpt-2", "160", "B", "tf"]])
+
     def test_latest_missing(self):
         d = self.tf_dir(STATE.replace('"ckpt-2"\nall', '"ckpt-3"\nall', 1))
         for cmd in ("inspect", "verify"):

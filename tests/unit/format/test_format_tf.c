@@ -167,6 +167,16 @@ static void test_format_tf__header_bytes(void **state)
 	assert_int_equal(d.num_bad_consumers, 3);
 	assert_memory_equal(d.bad_consumers, bad, sizeof(bad));
 	dvar_tf_header_clear(&d);
+	/* More bad_consumers than the first allocation holds. */
+	int32_t many[9] = { 9, 8, 7, -6, 5, 4, 3, 2, 100000 };
+	full.num_bad_consumers = 9;
+	full.bad_consumers = many;
+	b.len = 0;
+	assert_int_equal(dvar_tf_header_encode(&b, &full), DVAR_OK);
+	assert_int_equal(dvar_tf_header_decode(&d, b.data, b.len), DVAR_OK);
+	assert_int_equal(d.num_bad_consumers, 9);
+	assert_memory_equal(d.bad_consumers, many, sizeof(many));
+	dvar_tf_header_clear(&d);
 	/* Unpacked bad_consumers and unknown fields of every wire type are fine. */
 	unsigned char raw[64];
 	size_t n = unhex("08 01 1a 06 08 01 18 02 18 03 21 0102030405060708 2d 01020304 32 02 aabb 50 7f",
