@@ -1,22 +1,28 @@
 /*
- * bench_reshard.c - offline resharding with the dvar command, next to the
- * same machine's raw copy of the same bytes, measured in the same run.
+ * bench_reshard.c - offline resharding with the library (dvar_reshard,
+ * dvar_export), next to the same machine's raw copy of the same bytes,
+ * measured in the same run.
  *
  * The input is one float32 variable (an embedding table, 2 GiB by default)
- * saved as 8 div-layout shards, fsync'ed. Each repeat runs, as child
- * processes of this program, `dvar reshard IN OUT --shards 3`, `dvar export
- * IN OUT --single-shard` and the same export to safetensors, timing each
- * from fork to wait4 and taking the child's CPU time and peak RSS from
- * wait4's rusage (forked by a small launcher, so that the peak is the
- * command's own: see run_dvar); it copies the input's data files into a
- * new file with raw I/O in the dvar writer's style (buffered reads; 4 MiB
- * O_DIRECT writes, or buffered ones for safetensors; fsync); and it
- * restores each of the 3 target shards from the 8-shard checkpoint with
- * dvar_reader_read, counting the bytes read (dvar_reader_bytes_read)
- * against the bytes needed. The page cache is emptied before every case,
- * so every case reads the disk. Each output is checked once and deleted as
- * soon as it is measured; the scratch folder goes at the end, also on
- * Ctrl-C. See bench/README.md.
+ * saved as 8 div-layout shards, fsync'ed. Each repeat runs, each in a child
+ * process, dvar_reshard to 3 shards, dvar_export to one mappable dvar
+ * checkpoint and the same export to safetensors, timing each from fork to
+ * wait4 and taking the child's CPU time and peak RSS from wait4's rusage
+ * (forked by a small launcher, so that the peak is the call's own: see
+ * run_child); it copies the input's data files into a new file with raw
+ * I/O in the dvar writer's style (buffered reads; 4 MiB O_DIRECT writes, or
+ * buffered ones for safetensors; fsync); and it restores each of the 3
+ * target shards from the 8-shard checkpoint with dvar_reader_read, counting
+ * the bytes read (dvar_reader_bytes_read) against the bytes needed. The
+ * page cache is emptied before every case, so every case reads the disk.
+ *
+ * Then, unless --many-shards no, the cost of many output shards: a 24 MiB
+ * table saved as 8 shards is resharded to 1,000, 4,000 and 16,000 shards
+ * and back (linear in the shards, under a second at 16,000), and a count
+ * above DVAR_MAX_SHARDS must be refused with nothing written.
+ *
+ * Each output is checked once and deleted as soon as it is measured; the
+ * scratch folder goes at the end, also on Ctrl-C. See bench/README.md.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -44,15 +50,27 @@
 #define VAR_NAME "model/embedding/weights"
 #define SEED 0x5eed5eed12345678ull
 
+/* The many-shard case: a 24 MiB table of 196,608 rows of 32 float32, as 8
+ * shards, resharded to each count of MANY_COUNTS and back. */
+#define MANY_ROWS 196608
+#define MANY_COLS 32
+#define MANY_IN_SHARDS 8
+#define MANY_N 3
+static const int64_t MANY_COUNTS[MANY_N] = { 1000, 4000, 16000 };
+
 /* What is timed. */
 enum {
 	T_RAW_DIRECT,  /* buffered read, O_DIRECT write + fsync: dvar's writer */
 	T_RAW_BUF,     /* buffered read, buffered write + fsync: the safetensors export */
-	T_RESHARD,     /* dvar reshard IN OUT --shards M */
-	T_EXPORT,      /* dvar export IN OUT --single-shard */
-	T_EXPORT_ST,   /* dvar export IN OUT.safetensors --single-shard --format safetensors */
+	T_RESHARD,     /* dvar_reshard to out_shards */
+	T_EXPORT,      /* dvar_export, DVAR_EXPORT_DVAR */
+	T_EXPORT_ST,   /* dvar_export, DVAR_EXPORT_SAFETENSORS */
 	T_COUNT
 };
+
+/* What a child of the launcher calls (run_child). */
+static const char *const OPS[] = { "reshard", "export", "safetensors", "nothing" };
+enum { OP_RESHARD, OP_EXPORT, OP_SAFETENSORS, OP_NOTHING };
 
 /* The cases a repeat runs, in an order that moves on by one every repeat. */
 enum { K_RAW_DIRECT, K_RAW_BUF, K_RESHARD, K_EXPORT, K_EXPORT_ST, K_SHARD_READS, K_COUNT };
@@ -76,9 +94,10 @@ static struct {
 	int in_shards, out_shards, repeat, progress;
 	dvar_compress compress;
 	const char *dir;
-	char dvar[PATH_MAX];
+	int many; /* --many-shards: 0 no, 1 yes, 2 only */
 	char scratch[PATH_MAX];
 	char in_dir[PATH_MAX + 16];
+	char many_dir[PATH_MAX + 16]; /* the many-shard case's input */
 	char out_path[PATH_MAX + 32];
 	char err_path[PATH_MAX + 16];
 	int64_t in_off[MAX_SHARDS + 1], out_off[MAX_SHARDS + 1];
@@ -90,14 +109,19 @@ static struct {
 	int direct_ok;       /* the raw copy could use O_DIRECT */
 	double load_start, make_secs;
 	double load[MAX_REPEAT]; /* 1-minute load average at the end of each repeat */
-	uint64_t baseline_rss; /* peak RSS of `dvar version` */
+	uint64_t baseline_rss; /* peak RSS of a child that calls nothing */
 	series t[T_COUNT];
 	shard_series sh[MAX_SHARDS];
+	series many_to[MANY_N], many_back[MANY_N]; /* 8 -> MANY_COUNTS[i] -> 8 */
+	double many_make_secs;
+	int many_refused;          /* DVAR_MAX_SHARDS + 1 was DVAR_EINVAL, nothing written */
+	char many_refusal[1024];   /* its message */
 	unsigned char *piece; /* PIECE_BYTES, for generating and comparing rows */
 } g;
 
 /* On Ctrl-C (or SIGTERM, SIGHUP), before the scratch folder goes: stop the
- * running dvar child, with async-signal-safe calls only. */
+ * running launcher (its child dies with it), with async-signal-safe calls
+ * only. */
 static volatile pid_t child_pid;
 
 static void stop_child(void)
@@ -110,10 +134,8 @@ static void stop_child(void)
 
 /* ------------------------------------------------------------------ timing */
 
-static void record(int which, double wall, double cpu, uint64_t rss)
+static void record(series *s, double wall, double cpu, uint64_t rss)
 {
-	series *s = &g.t[which];
-
 	s->wall[s->n] = wall;
 	s->cpu[s->n] = cpu;
 	s->rss[s->n++] = (double)rss;
@@ -130,15 +152,16 @@ static uint64_t mix(uint64_t z)
 }
 
 /*
- * Rows [row0, row0 + nrows) of the table, element i a function of i alone:
+ * Rows [row0, row0 + nrows) of a table of cols columns, element i a
+ * function of i alone:
  * roughly N(0, 0.02^2) (the sum of four 16-bit uniforms, scaled) as an
  * initializer leaves embeddings, every mantissa bit busy, never zero. Any
- * row can be produced again to check what a command wrote.
+ * row can be produced again to check what a call wrote.
  */
-static void fill_rows(float *dst, uint64_t row0, uint64_t nrows)
+static void fill_rows(float *dst, uint64_t cols, uint64_t row0, uint64_t nrows)
 {
 	const double scale = 0.02 * 1.7320508075688772 / 65536.0;
-	uint64_t first = row0 * g.cols, n = nrows * g.cols;
+	uint64_t first = row0 * cols, n = nrows * cols;
 
 	for (uint64_t i = 0; i < n; i++) {
 		uint64_t r = mix(SEED + first + i);
@@ -150,9 +173,9 @@ static void fill_rows(float *dst, uint64_t row0, uint64_t nrows)
 }
 
 /* Rows per generated piece: whole rows, at most PIECE_BYTES (at least one row). */
-static uint64_t piece_rows(void)
+static uint64_t piece_rows(uint64_t row_bytes)
 {
-	uint64_t n = PIECE_BYTES / g.row_bytes;
+	uint64_t n = PIECE_BYTES / row_bytes;
 
 	return n ? n : 1;
 }
@@ -160,12 +183,12 @@ static uint64_t piece_rows(void)
 /* 1 when the nrows rows at buf are rows [row0, row0 + nrows) of the table. */
 static int rows_match(const unsigned char *buf, uint64_t row0, uint64_t nrows)
 {
-	uint64_t step = piece_rows();
+	uint64_t step = piece_rows(g.row_bytes);
 
 	for (uint64_t done = 0; done < nrows; done += step) {
 		uint64_t n = nrows - done < step ? nrows - done : step;
 
-		fill_rows((float *)g.piece, row0 + done, n);
+		fill_rows((float *)g.piece, g.cols, row0 + done, n);
 		if (memcmp(buf + done * g.row_bytes, g.piece, n * g.row_bytes) != 0)
 			return 0;
 	}
@@ -179,52 +202,60 @@ static void shard_slice(const dvar_shape *shape, const int64_t *off, int64_t k, 
 	out->length[0] = off[k + 1] - off[k];
 }
 
-static void var_shape(dvar_shape *shape)
+static void table_shape(dvar_shape *shape, uint64_t rows, uint64_t cols)
 {
-	int64_t dims[2] = { (int64_t)g.rows, (int64_t)g.cols };
+	int64_t dims[2] = { (int64_t)rows, (int64_t)cols };
 
 	bench_check(dvar_shape_init(shape, 2, dims), "dvar_shape_init");
 }
 
+static void var_shape(dvar_shape *shape)
+{
+	table_shape(shape, g.rows, g.cols);
+}
+
 /*
- * The input: the variable as in_shards div shards, each streamed through the
- * writer in generated pieces, with the attributes `dvar import --shards`
- * gives (kind=sharded, shards, layout=div); committed, so fsync'ed.
+ * An input at dir: a rows x cols table as `shards` div shards (rows
+ * off[k] to off[k + 1]), each streamed through the writer in generated
+ * pieces, with the attributes `dvar import --shards` gives (kind=sharded,
+ * shards, layout=div); committed, so fsync'ed. Returns seconds.
  */
-static void make_input(void)
+static double make_input(const char *dir, uint64_t rows, uint64_t cols, int shards,
+                         const int64_t *off)
 {
 	dvar_write_options wo = DVAR_WRITE_OPTIONS_INIT;
 	dvar_writer *w = NULL;
 	dvar_shape shape;
 	char count[16];
-	uint64_t step = piece_rows();
+	uint64_t row_bytes = cols * 4, step = piece_rows(row_bytes);
 	double t0 = bench_now();
 
-	var_shape(&shape);
+	table_shape(&shape, rows, cols);
 	wo.compress = g.compress;
-	bench_check(dvar_writer_open(&w, g.in_dir, &wo), "input: dvar_writer_open");
-	for (int k = 0; k < g.in_shards; k++) {
+	bench_check(dvar_writer_open(&w, dir, &wo), "input: dvar_writer_open");
+	for (int k = 0; k < shards; k++) {
 		dvar_slice sl;
 
-		shard_slice(&shape, g.in_off, k, &sl);
+		shard_slice(&shape, off, k, &sl);
 		bench_check(dvar_writer_begin_slice(w, VAR_NAME, DVAR_FLOAT32, &shape, &sl),
 		      "input: dvar_writer_begin_slice");
-		for (int64_t r = g.in_off[k]; r < g.in_off[k + 1]; r += (int64_t)step) {
-			uint64_t n = (uint64_t)(g.in_off[k + 1] - r) < step ? (uint64_t)(g.in_off[k + 1] - r)
-			                                                     : step;
+		for (int64_t r = off[k]; r < off[k + 1]; r += (int64_t)step) {
+			uint64_t n = (uint64_t)(off[k + 1] - r) < step ? (uint64_t)(off[k + 1] - r) : step;
 
-			fill_rows((float *)g.piece, (uint64_t)r, n);
-			bench_check(dvar_writer_write(w, g.piece, n * g.row_bytes), "input: dvar_writer_write");
+			fill_rows((float *)g.piece, cols, (uint64_t)r, n);
+			bench_check(dvar_writer_write(w, g.piece, n * row_bytes), "input: dvar_writer_write");
 		}
 		bench_check(dvar_writer_end_slice(w), "input: dvar_writer_end_slice");
 	}
-	snprintf(count, sizeof count, "%d", g.in_shards);
-	bench_check(dvar_writer_set_attr(w, VAR_NAME, DVAR_STORE_ATTR_KIND, "sharded"), "input: attr");
+	snprintf(count, sizeof count, "%d", shards);
+	bench_check(dvar_writer_set_attr(w, VAR_NAME, DVAR_STORE_ATTR_KIND, DVAR_KIND_SHARDED),
+	            "input: attr");
 	bench_check(dvar_writer_set_attr(w, VAR_NAME, DVAR_SHARDING_ATTR_SHARDS, count), "input: attr");
-	bench_check(dvar_writer_set_attr(w, VAR_NAME, DVAR_SHARDING_ATTR_LAYOUT, "div"), "input: attr");
+	bench_check(dvar_writer_set_attr(w, VAR_NAME, DVAR_SHARDING_ATTR_LAYOUT, DVAR_LAYOUT_DIV),
+	            "input: attr");
 	bench_check(dvar_writer_commit(w), "input: dvar_writer_commit");
 	dvar_writer_free(w);
-	g.make_secs = bench_now() - t0;
+	return bench_now() - t0;
 }
 
 /* The input's data files (data-*), in name order, and their total size. */
@@ -398,31 +429,58 @@ static void case_raw(int which, unsigned char *buf)
 	t = raw_copy(g.out_path, direct, buf);
 	if (t < 0) /* no O_DIRECT here: buffered, and said so in the table */
 		t = raw_copy(g.out_path, 0, buf);
-	record(which, t, bench_cpu_self() - c0, 0);
+	record(&g.t[which], t, bench_cpu_self() - c0, 0);
 	unlink(g.out_path);
 }
 
-/* ------------------------------------------------------------------ dvar command */
+/* ------------------------------------------------------------------ library calls in a child */
+
+/* What the child runs: the call with the options the dvar command passes by
+ * default (reshard: compress AUTO; both: min(CPUs, 4) threads). */
+static int call_op(int op, const char *in, const char *out, int64_t shards)
+{
+	dvar_reshard_options ro = DVAR_RESHARD_OPTIONS_INIT;
+	dvar_export_options eo = DVAR_EXPORT_OPTIONS_INIT;
+
+	switch (op) {
+	case OP_RESHARD:
+		ro.shards = shards;
+		return dvar_reshard(in, out, &ro);
+	case OP_EXPORT:
+		eo.format = DVAR_EXPORT_DVAR;
+		return dvar_export(in, out, &eo);
+	case OP_SAFETENSORS:
+		eo.format = DVAR_EXPORT_SAFETENSORS;
+		return dvar_export(in, out, &eo);
+	}
+	return DVAR_OK;
+}
 
 /*
  * A child's ru_maxrss counts the image it was forked from: fork copies the
  * parent's resident pages into the child's count, and exec keeps the peak
- * (a `dvar version` forked from a process holding 500 MiB reports 500 MiB).
- * So the commands are not forked from here but from a launcher: this
- * program exec'ed afresh (a few MiB) with the hidden first argument
- * --launch, which forks and execs the command, waits for it with wait4 and
- * prints its exit status, wall time, CPU time and peak RSS on stdout.
+ * (a child forked from a process holding 500 MiB reports 500 MiB). So the
+ * calls are not forked from here but from a launcher: this program exec'ed
+ * afresh (a few MiB) with the hidden first argument --launch, which forks a
+ * child that makes the call and exits, waits for it with wait4 and prints
+ * its exit status, wall time, CPU time and peak RSS on stdout. The child's
+ * stderr (the error message, when the call fails) goes to STDERR_FILE.
  *
- *     dvar_bench_reshard --launch STDERR_FILE DVAR_PATH ARGV0 ARGS...
+ *     dvar_bench_reshard --launch STDERR_FILE OP IN OUT SHARDS
  */
 static int launch_main(int argc, char **argv)
 {
 	struct rusage ru;
-	int status;
+	int status, op = -1;
 	double t0;
 	pid_t pid;
 
-	if (argc < 5)
+	if (argc != 7)
+		return 125;
+	for (int k = 0; k < (int)(sizeof OPS / sizeof OPS[0]); k++)
+		if (!strcmp(argv[3], OPS[k]))
+			op = k;
+	if (op < 0)
 		return 125;
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
 	t0 = bench_now();
@@ -432,15 +490,17 @@ static int launch_main(int argc, char **argv)
 	if (pid == 0) {
 		int null = open("/dev/null", O_WRONLY);
 		int err = open(argv[2], O_WRONLY | O_CREAT | O_TRUNC, 0644);
+		int rc;
 
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		if (null >= 0)
 			dup2(null, 1);
 		if (err >= 0)
 			dup2(err, 2);
-		execv(argv[3], argv + 4);
-		fprintf(stderr, "cannot run %s: %s\n", argv[3], strerror(errno));
-		_exit(127);
+		rc = call_op(op, argv[4], argv[5], strtoll(argv[6], NULL, 10));
+		if (rc != DVAR_OK)
+			fprintf(stderr, "%s (%s)\n", dvar_error_last()->message, dvar_strerror(rc));
+		_exit(rc == DVAR_OK ? 0 : 1);
 	}
 	while (wait4(pid, &status, 0, &ru) < 0)
 		if (errno != EINTR)
@@ -451,22 +511,22 @@ static int launch_main(int argc, char **argv)
 	return 0;
 }
 
-/* Run `dvar args...` through the launcher, stdout to /dev/null and stderr to
- * a file (shown when it fails): its wall time (fork to wait4, in the
- * launcher), CPU time (user + system) and peak RSS. */
-static void run_dvar(char *const *args, double *wall, double *cpu, uint64_t *rss)
+/* Run call op(in, out, shards) in a child of the launcher: its wall time
+ * (fork to wait4, in the launcher), CPU time (user + system) and peak RSS;
+ * bench_fatal with the child's message when the call fails. */
+static void run_child(int op, const char *in, const char *out, int64_t shards, double *wall,
+                      double *cpu, uint64_t *rss)
 {
-	char *argv[16] = { PROGRAM, "--launch", g.err_path, g.dvar };
-	char out[256] = "";
-	int fds[2], status, n = 4, signaled = 0, code = 0;
+	char count[24], out_text[256] = "";
+	char *argv[] = { PROGRAM, "--launch", g.err_path, (char *)OPS[op], (char *)in, (char *)out,
+		         count, NULL };
+	int fds[2], status, signaled = 0, code = 0;
 	size_t got = 0;
 	long maxrss = 0;
 	ssize_t r;
 	pid_t pid;
 
-	for (int i = 0; args[i] && n < 15; i++)
-		argv[n++] = args[i];
-	argv[n] = NULL;
+	snprintf(count, sizeof count, "%lld", (long long)shards);
 	if (pipe(fds) != 0)
 		bench_fatal("pipe: %s", strerror(errno));
 	pid = fork();
@@ -481,18 +541,19 @@ static void run_dvar(char *const *args, double *wall, double *cpu, uint64_t *rss
 	}
 	child_pid = pid;
 	close(fds[1]);
-	while (got < sizeof out - 1 && ((r = read(fds[0], out + got, sizeof out - 1 - got)) > 0 ||
-	                                (r < 0 && errno == EINTR)))
+	while (got < sizeof out_text - 1 &&
+	       ((r = read(fds[0], out_text + got, sizeof out_text - 1 - got)) > 0 ||
+	        (r < 0 && errno == EINTR)))
 		got += r > 0 ? (size_t)r : 0;
-	out[got] = '\0';
+	out_text[got] = '\0';
 	close(fds[0]);
 	while (waitpid(pid, &status, 0) < 0)
 		if (errno != EINTR)
 			bench_fatal("waitpid: %s", strerror(errno));
 	child_pid = 0;
 	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 ||
-	    sscanf(out, "%d %d %lf %lf %ld", &signaled, &code, wall, cpu, &maxrss) != 5)
-		bench_fatal("the launcher for `dvar %s` failed (%s %d)", args[1],
+	    sscanf(out_text, "%d %d %lf %lf %ld", &signaled, &code, wall, cpu, &maxrss) != 5)
+		bench_fatal("the launcher for %s failed (%s %d)", OPS[op],
 		      WIFEXITED(status) ? "exit status" : "signal",
 		      WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
 	if (signaled || code != 0) {
@@ -505,7 +566,7 @@ static void run_dvar(char *const *args, double *wall, double *cpu, uint64_t *rss
 		msg[len] = '\0';
 		while (len && msg[len - 1] == '\n')
 			msg[--len] = '\0';
-		bench_fatal("`%s %s ...` failed (%s %d): %s", g.dvar, args[1],
+		bench_fatal("%s %s -> %s failed (%s %d): %s", OPS[op], in, out,
 		      signaled ? "signal" : "exit status", code, msg);
 	}
 	*rss = (uint64_t)maxrss * 1024;
@@ -556,7 +617,7 @@ static void verify_dvar(const char *path, int64_t slices, const int64_t *off, in
 	dvar_mapping m = { 0 };
 	uint64_t rows[2 + 2 * MAX_SHARDS * 2 + SAMPLE_ROWS], bad = 1;
 	int nrows = check_rows_list(rows);
-	const char *kind = slices > 1 ? "sharded" : "plain";
+	const char *kind = slices > 1 ? DVAR_KIND_SHARDED : DVAR_KIND_PLAIN;
 	char count[16];
 	size_t i;
 
@@ -584,7 +645,7 @@ static void verify_dvar(const char *path, int64_t slices, const int64_t *off, in
 	snprintf(count, sizeof count, "%lld", (long long)slices);
 	if (strcmp(attr_or_none(r, i, DVAR_STORE_ATTR_KIND), kind) != 0 ||
 	    strcmp(attr_or_none(r, i, DVAR_SHARDING_ATTR_SHARDS), slices > 1 ? count : "(none)") ||
-	    strcmp(attr_or_none(r, i, DVAR_SHARDING_ATTR_LAYOUT), slices > 1 ? "div" : "(none)"))
+	    strcmp(attr_or_none(r, i, DVAR_SHARDING_ATTR_LAYOUT), slices > 1 ? DVAR_LAYOUT_DIV : "(none)"))
 		bench_fatal("%s: attributes kind=%s shards=%s layout=%s, expected kind=%s and %s", path,
 		      attr_or_none(r, i, DVAR_STORE_ATTR_KIND),
 		      attr_or_none(r, i, DVAR_SHARDING_ATTR_SHARDS),
@@ -610,7 +671,7 @@ static void verify_dvar(const char *path, int64_t slices, const int64_t *off, in
 			bench_check(dvar_reader_read(r, i, &one, got, g.row_bytes), "verify: dvar_reader_read");
 			row = got;
 		}
-		fill_rows((float *)g.piece, rows[k], 1);
+		fill_rows((float *)g.piece, g.cols, rows[k], 1);
 		if (memcmp(row, g.piece, g.row_bytes) != 0)
 			bench_fatal("%s: row %llu differs from the input", path, (unsigned long long)rows[k]);
 	}
@@ -651,7 +712,7 @@ static void verify_safetensors(const char *path)
 		if (pread(fd, row, g.row_bytes, (off_t)(8 + hlen + rows[k] * g.row_bytes)) !=
 		    (ssize_t)g.row_bytes)
 			bench_fatal("%s: short read of row %llu", path, (unsigned long long)rows[k]);
-		fill_rows((float *)g.piece, rows[k], 1);
+		fill_rows((float *)g.piece, g.cols, rows[k], 1);
 		if (memcmp(row, g.piece, g.row_bytes) != 0)
 			bench_fatal("%s: row %llu differs from the input", path, (unsigned long long)rows[k]);
 	}
@@ -660,26 +721,18 @@ static void verify_safetensors(const char *path)
 
 /* ------------------------------------------------------------------ cases */
 
-static void case_dvar(int which, int verify_it)
+static void case_call(int which, int verify_it)
 {
-	char shards[16];
-	char *reshard[] = { "dvar", "reshard", g.in_dir, g.out_path, "--shards", shards,
-		            "--no-progress", NULL };
-	char *export[] = { "dvar", "export", g.in_dir, g.out_path, "--single-shard",
-		           "--no-progress", NULL };
-	char *export_st[] = { "dvar", "export", g.in_dir, g.out_path, "--single-shard",
-		              "--format", "safetensors", "--no-progress", NULL };
-	char *const *args = which == T_RESHARD ? reshard : which == T_EXPORT ? export : export_st;
+	int op = which == T_RESHARD ? OP_RESHARD : which == T_EXPORT ? OP_EXPORT : OP_SAFETENSORS;
 	double wall, cpu;
 	uint64_t rss;
 	int64_t whole[2] = { 0, (int64_t)g.rows };
 
-	snprintf(shards, sizeof shards, "%d", g.out_shards);
 	snprintf(g.out_path, sizeof g.out_path, "%s/out%s", g.scratch,
 	         which == T_EXPORT_ST ? ".safetensors" : "");
 	cool();
-	run_dvar(args, &wall, &cpu, &rss);
-	record(which, wall, cpu, rss);
+	run_child(op, g.in_dir, g.out_path, g.out_shards, &wall, &cpu, &rss);
+	record(&g.t[which], wall, cpu, rss);
 	if (verify_it && which == T_RESHARD)
 		verify_dvar(g.out_path, g.n_out, g.out_off, 0);
 	else if (verify_it && which == T_EXPORT)
@@ -694,7 +747,7 @@ static void case_dvar(int which, int verify_it)
  * checkpoint, cold, as a worker of the new layout would: one
  * dvar_reader_read of its rows into a pre-faulted buffer, timed from
  * dvar_reader_open; bytes read (dvar_reader_bytes_read) against the
- * shard's bytes. The buffer is unmapped before the next command forks.
+ * shard's bytes.
  */
 static void case_shard_reads(int verify_it)
 {
@@ -741,19 +794,128 @@ static void run_case(int k, int first, unsigned char *copy_buf)
 		case_raw(T_RAW_BUF, copy_buf);
 		break;
 	case K_RESHARD:
-		case_dvar(T_RESHARD, first);
+		case_call(T_RESHARD, first);
 		break;
 	case K_EXPORT:
-		case_dvar(T_EXPORT, first);
+		case_call(T_EXPORT, first);
 		break;
 	case K_EXPORT_ST:
-		case_dvar(T_EXPORT_ST, first);
+		case_call(T_EXPORT_ST, first);
 		break;
 	case K_SHARD_READS:
 		case_shard_reads(first);
 		break;
 	}
 	settle();
+}
+
+/* ------------------------------------------------------------------ many shards */
+
+/* The variable's digest in the checkpoint at path (from the chunk checksums
+ * where the slices tile it: no data read) and its slice count. */
+static uint32_t digest_of(const char *path, size_t *slices)
+{
+	dvar_reader *r = NULL;
+	dvar_var_info info;
+	uint32_t crc;
+	size_t i;
+
+	bench_check(dvar_reader_open(&r, path, NULL), "many shards: dvar_reader_open");
+	bench_check(dvar_reader_find(r, VAR_NAME, &i), "many shards: dvar_reader_find");
+	bench_check(dvar_reader_var(r, i, &info), "many shards: dvar_reader_var");
+	bench_check(dvar_reader_digest(r, i, &crc), "many shards: dvar_reader_digest");
+	*slices = info.num_slices;
+	dvar_reader_free(r);
+	return crc;
+}
+
+/*
+ * Reshard the many-shard input to MANY_COUNTS[i] shards and that back to
+ * MANY_IN_SHARDS, each a child as above, page cache warm (the cost measured
+ * is the per-shard work, not the disk). On the first repeat both outputs
+ * must hold the input's digest in the expected number of slices.
+ */
+static void case_many(int i, int verify_it)
+{
+	char out[PATH_MAX + 32], back[PATH_MAX + 32];
+	int64_t m = MANY_COUNTS[i];
+	double wall, cpu;
+	uint64_t rss;
+
+	snprintf(out, sizeof out, "%s/many-%lld", g.scratch, (long long)m);
+	snprintf(back, sizeof back, "%s/many-back", g.scratch);
+	run_child(OP_RESHARD, g.many_dir, out, m, &wall, &cpu, &rss);
+	record(&g.many_to[i], wall, cpu, rss);
+	run_child(OP_RESHARD, out, back, MANY_IN_SHARDS, &wall, &cpu, &rss);
+	record(&g.many_back[i], wall, cpu, rss);
+	if (verify_it) {
+		size_t n_in, n_out, n_back;
+		uint32_t want = digest_of(g.many_dir, &n_in), got = digest_of(out, &n_out),
+			 got_back = digest_of(back, &n_back);
+
+		if (got != want || n_out != (size_t)m || got_back != want || n_back != MANY_IN_SHARDS)
+			bench_fatal("many shards: the input's digest is %08x in %zu slices; %lld shards "
+			      "gave %08x in %zu slices and back %08x in %zu", want, n_in, (long long)m,
+			      got, n_out, got_back, n_back);
+	}
+	bench_remove_tree(out);
+	bench_remove_tree(back);
+	settle();
+}
+
+static int count_entries(const char *dir)
+{
+	DIR *d = opendir(dir);
+	int n = 0;
+
+	if (!d)
+		bench_fatal("cannot list %s: %s", dir, strerror(errno));
+	while (readdir(d))
+		n++;
+	closedir(d);
+	return n;
+}
+
+/* One shard more than DVAR_MAX_SHARDS must be DVAR_EINVAL with nothing left
+ * in the scratch folder (no output, no temporary). */
+static void case_too_many(void)
+{
+	dvar_reshard_options ro = DVAR_RESHARD_OPTIONS_INIT;
+	char out[PATH_MAX + 32];
+	int before = count_entries(g.scratch), rc;
+
+	snprintf(out, sizeof out, "%s/many-refused", g.scratch);
+	ro.shards = DVAR_MAX_SHARDS + 1;
+	rc = dvar_reshard(g.many_dir, out, &ro);
+	snprintf(g.many_refusal, sizeof g.many_refusal, "%s (%s)",
+	         rc == DVAR_OK ? "accepted" : dvar_error_last()->message, dvar_strerror(rc));
+	g.many_refused = rc == DVAR_EINVAL && access(out, F_OK) != 0 &&
+	                 count_entries(g.scratch) == before;
+	bench_remove_tree(out);
+}
+
+static void run_many(void)
+{
+	int64_t off[MANY_IN_SHARDS + 1], n;
+
+	snprintf(g.many_dir, sizeof g.many_dir, "%s/many-in", g.scratch);
+	bench_check(dvar_div_layout(MANY_ROWS, MANY_IN_SHARDS, off, &n), "dvar_div_layout");
+	g.many_make_secs = make_input(g.many_dir, MANY_ROWS, MANY_COLS, MANY_IN_SHARDS, off);
+	for (int r = 0; r < g.repeat; r++) {
+		for (int i = 0; i < MANY_N; i++)
+			case_many(i, r == 0);
+		if (g.progress) {
+			fprintf(stderr, "many shards, repeat %d/%d:", r + 1, g.repeat);
+			for (int i = 0; i < MANY_N; i++)
+				fprintf(stderr, " %s%lld %.3f s, back %.3f", i ? "| " : "",
+				        (long long)MANY_COUNTS[i],
+				        bench_last(g.many_to[i].wall, g.many_to[i].n),
+				        bench_last(g.many_back[i].wall, g.many_back[i].n));
+			fputc('\n', stderr);
+		}
+	}
+	case_too_many();
+	bench_remove_tree(g.many_dir);
 }
 
 static double last(int which)
@@ -806,10 +968,11 @@ static void row(const char *label, int which, int base, const char *base_name)
 	                bench_median(s->cpu, s->n), rss, (double)g.bytes / med / 1e9, vs);
 }
 
-static void report(void)
+/* The 2 GiB part: header, table, shard reads; its goals into gl. Returns
+ * how many. */
+static int report_main(bench_goal *gl)
 {
 	const char *dio = g.direct_ok ? "O_DIRECT" : "buffered (no O_DIRECT here)";
-	static const bench_goal_style style = { 56, 8, 4, 1, 0 };
 	double worst_rss = 0, worst_ratio = 0;
 	char label[128];
 
@@ -817,26 +980,24 @@ static void report(void)
 		if (max_of(g.t[w].rss, g.t[w].n) > worst_rss)
 			worst_rss = max_of(g.t[w].rss, g.t[w].n);
 
-	printf("\n%s: dvar %s; '%s' float32 [%llu,%llu] = %llu bytes (%.2f GiB),\n"
+	printf("'%s' float32 [%llu,%llu] = %llu bytes (%.2f GiB),\n"
 	       "saved as %d div shards (data files %llu bytes), compression %s, fsync'ed; "
 	       "written in %.2f s\n",
-	       PROGRAM, dvar_version(), VAR_NAME, (unsigned long long)g.rows,
-	       (unsigned long long)g.cols, (unsigned long long)g.bytes, BENCH_GIB(g.bytes), g.in_shards,
-	       (unsigned long long)g.data_bytes,
-	       bench_compress_name(g.compress), g.make_secs);
-	printf("commands: %s reshard IN OUT --shards %d | export IN OUT --single-shard "
-	       "[--format safetensors]\n",
-	       g.dvar, g.out_shards);
-	printf("%d repeat%s, scratch in %s; page cache emptied before every case: %s\n", g.repeat,
-	       g.repeat > 1 ? "s" : "", g.dir,
+	       VAR_NAME, (unsigned long long)g.rows, (unsigned long long)g.cols,
+	       (unsigned long long)g.bytes, BENCH_GIB(g.bytes), g.in_shards,
+	       (unsigned long long)g.data_bytes, bench_compress_name(g.compress), g.make_secs);
+	printf("calls, each in a child process: dvar_reshard(IN, OUT, shards=%d) | dvar_export(IN, "
+	       "OUT, DVAR or SAFETENSORS);\ncompression AUTO, threads min(CPUs, 4), as the dvar "
+	       "command's defaults\n",
+	       g.out_shards);
+	printf("page cache emptied before every case: %s\n",
 	       g.drop_ok ? "/proc/sys/vm/drop_caches (+ POSIX_FADV_DONTNEED on the input)"
 	                 : "POSIX_FADV_DONTNEED on the input's files (drop_caches not allowed)");
 	printf("load average (1 min): %.2f at start; after each repeat", g.load_start);
 	for (int r = 0; r < g.repeat; r++)
 		printf(" %.2f", g.load[r]);
-	printf("; on %ld CPUs\n", sysconf(_SC_NPROCESSORS_ONLN));
-	printf("wall = fork to wait4 (commands) or open to fsync (raw), median [min-max]; CPU = user\n"
-	       "+ system s (median) and peak RSS = ru_maxrss (largest), both of the child; GB/s =\n"
+	printf("\nwall = fork to wait4 (calls) or open to fsync (raw), median [min-max]; CPU = user +\n"
+	       "system s (median) and peak RSS = ru_maxrss (largest), both of the child; GB/s =\n"
 	       "1e9 bytes of the variable per second of median wall; vs raw = throughput over the\n"
 	       "raw copy's, median of the per-repeat ratios\n\n");
 	printf("  %-48s %7s %-15s %6s %8s %6s  %s\n", "case", "wall s", " [min-max]", "CPU s",
@@ -845,12 +1006,14 @@ static void report(void)
 	snprintf(label, sizeof label, "raw copy: buffered read, %s write + fsync", dio);
 	row(label, T_RAW_DIRECT, -1, "");
 	row("raw copy: buffered read, buffered write + fsync", T_RAW_BUF, -1, "");
-	printf("dvar command, a child process\n");
-	snprintf(label, sizeof label, "reshard %d -> %lld shards", g.in_shards, (long long)g.n_out);
+	printf("library call, a child process\n");
+	snprintf(label, sizeof label, "dvar_reshard %d -> %lld shards", g.in_shards,
+	         (long long)g.n_out);
 	row(label, T_RESHARD, T_RAW_DIRECT, "raw copy");
-	row("export --single-shard (dvar)", T_EXPORT, T_RAW_DIRECT, "raw copy");
-	row("export --single-shard --format safetensors", T_EXPORT_ST, T_RAW_BUF, "raw buffered");
-	printf("  (`dvar version`, for scale: peak RSS %.1f MiB)\n", (double)g.baseline_rss / BENCH_MIB);
+	row("dvar_export DVAR (one mappable tensor)", T_EXPORT, T_RAW_DIRECT, "raw copy");
+	row("dvar_export SAFETENSORS", T_EXPORT_ST, T_RAW_BUF, "raw buffered");
+	printf("  (a child that calls nothing, for scale: peak RSS %.1f MiB)\n",
+	       (double)g.baseline_rss / BENCH_MIB);
 
 	printf("\nrestoring one target shard of %lld from the %d-shard checkpoint: dvar_reader_read "
 	       "of its rows, cold\n",
@@ -870,15 +1033,85 @@ static void report(void)
 		worst_ratio = q > worst_ratio ? q : worst_ratio;
 	}
 
-	bench_goal gl[] = {
-		{ "reshard throughput >= 0.8x raw copy", speed_ratio(T_RESHARD, T_RAW_DIRECT), 0.8, 0,
-		  "x" },
-		{ "export (dvar) throughput >= 0.8x raw copy", speed_ratio(T_EXPORT, T_RAW_DIRECT), 0.8,
-		  0, "x" },
-		{ "peak RSS of reshard and export <= 256 MiB", worst_rss / BENCH_MIB, 256, 1, "MiB" },
-		{ "bytes read / needed, one target shard, worst <= 1.05", worst_ratio, 1.05, 1, "x" },
-	};
-	bench_print_goals(gl, (int)(sizeof gl / sizeof gl[0]), &style);
+	gl[0] = (bench_goal){ "reshard throughput >= 0.8x raw copy",
+		              speed_ratio(T_RESHARD, T_RAW_DIRECT), 0.8, 0, "x" };
+	gl[1] = (bench_goal){ "export (dvar) throughput >= 0.8x raw copy",
+		              speed_ratio(T_EXPORT, T_RAW_DIRECT), 0.8, 0, "x" };
+	gl[2] = (bench_goal){ "peak RSS of reshard and export <= 256 MiB", worst_rss / BENCH_MIB, 256,
+		              1, "MiB" };
+	gl[3] = (bench_goal){ "bytes read / needed, one target shard, worst <= 1.05", worst_ratio,
+		              1.05, 1, "x" };
+	return 4;
+}
+
+/* One row of the many-shard table: a series' median [min-max], CPU, peak
+ * RSS and microseconds per shard written or read. */
+static void many_cells(char *out, size_t cap, const series *s, int64_t shards)
+{
+	double lo, hi, med = bench_median(s->wall, s->n);
+
+	bench_min_max(s->wall, s->n, &lo, &hi);
+	snprintf(out, cap, "%6.3f [%5.3f-%5.3f] %5.2f %6.1f %6.1f", med, lo, hi,
+	         bench_median(s->cpu, s->n), max_of(s->rss, s->n) / BENCH_MIB,
+	         med / (double)shards * 1e6);
+}
+
+/* The many-shard part; its goals into gl (their texts static). Returns how
+ * many. */
+static int report_many(bench_goal *gl)
+{
+	static char text[4][64];
+	const int z = MANY_N - 1;
+	const long long big = (long long)MANY_COUNTS[z], prev = (long long)MANY_COUNTS[z - 1];
+
+	printf("\nmany shards: '%s' float32 [%d,%d] = %.0f MiB, saved as %d shards (written in "
+	       "%.2f s);\ndvar_reshard to M shards and back to %d, each a child as above, page "
+	       "cache warm,\n%d repeat%s; us/sh = median wall per shard of M\n",
+	       VAR_NAME, MANY_ROWS, MANY_COLS, (double)MANY_ROWS * MANY_COLS * 4 / BENCH_MIB,
+	       MANY_IN_SHARDS, g.many_make_secs, MANY_IN_SHARDS, g.repeat, g.repeat > 1 ? "s" : "");
+	snprintf(text[0], sizeof text[0], "%d -> M", MANY_IN_SHARDS);
+	snprintf(text[1], sizeof text[1], "M -> %d", MANY_IN_SHARDS);
+	printf("  %-6s | %-41s | %s\n", "", text[0], text[1]);
+	printf("  %-6s | %6s %-13s %5s %6s %6s | %6s %-13s %5s %6s %6s\n", "M", "wall s",
+	       " [min-max]", "CPU s", "RSS", "us/sh", "wall s", " [min-max]", "CPU s", "RSS", "us/sh");
+	for (int i = 0; i < MANY_N; i++) {
+		char to[96], back[96];
+
+		many_cells(to, sizeof to, &g.many_to[i], MANY_COUNTS[i]);
+		many_cells(back, sizeof back, &g.many_back[i], MANY_COUNTS[i]);
+		bench_print_row("  %-6lld | %s | %s", (long long)MANY_COUNTS[i], to, back);
+	}
+	printf("  (RSS: MiB, peak)\n  %d shards: %s\n", DVAR_MAX_SHARDS + 1, g.many_refusal);
+
+	snprintf(text[0], sizeof text[0], "reshard %d -> %lld shards <= 1 s", MANY_IN_SHARDS, big);
+	snprintf(text[1], sizeof text[1], "reshard %lld -> %d shards <= 1 s", big, MANY_IN_SHARDS);
+	snprintf(text[2], sizeof text[2], "time %lld / %lld shards <= 5 (linear 4, quadr. 16)", big,
+	         prev);
+	snprintf(text[3], sizeof text[3], "%d shards refused, nothing written", DVAR_MAX_SHARDS + 1);
+	gl[0] = (bench_goal){ text[0], bench_median(g.many_to[z].wall, g.many_to[z].n), 1, 1, "s" };
+	gl[1] = (bench_goal){ text[1], bench_median(g.many_back[z].wall, g.many_back[z].n), 1, 1,
+		              "s" };
+	gl[2] = (bench_goal){ text[2],
+		              bench_median_ratio(g.many_to[z].wall, g.many_to[z].n,
+		                                 g.many_to[z - 1].wall, g.many_to[z - 1].n),
+		              5, 1, "x" };
+	gl[3] = (bench_goal){ text[3], g.many_refused, 1, 0, "" };
+	return 4;
+}
+
+static void report(void)
+{
+	static const bench_goal_style style = { 56, 8, 4, 1, 0 };
+	bench_goal gl[8];
+	int n = 0;
+
+	printf("\n%s: dvar %s; %d repeat%s, scratch in %s; on %ld CPUs\n", PROGRAM, dvar_version(),
+	       g.repeat, g.repeat > 1 ? "s" : "", g.dir, sysconf(_SC_NPROCESSORS_ONLN));
+	if (g.many != 2)
+		n += report_main(gl + n);
+	if (g.many)
+		n += report_many(gl + n);
+	bench_print_goals(gl, n, &style);
 }
 
 /* ------------------------------------------------------------------ setup */
@@ -895,8 +1128,10 @@ static void usage(FILE *f)
 	        "                     (default $TMPDIR or /tmp)\n"
 	        "  --repeat N         repeats; medians are reported (default 5, max %d)\n"
 	        "  --compress MODE    chunks of the input: none (default), auto or lz4\n"
-	        "  --dvar PATH        the dvar command (default: ../cli/dvar next to this\n"
-	        "                     program in the build tree, then ./dvar beside it)\n"
+	        "  --many-shards yes|no|only\n"
+	        "                     also reshard a 24 MiB table to 1000, 4000 and 16000\n"
+	        "                     shards and back, and try 65537 (default yes; a few\n"
+	        "                     seconds); only: nothing else\n"
 	        "  --progress, --no-progress\n"
 	        "                     a line per repeat on stderr (default: when stderr is a "
 	        "terminal)\n"
@@ -909,8 +1144,7 @@ static void usage(FILE *f)
 
 static void parse_args(int argc, char **argv)
 {
-	const char *dvar = NULL;
-
+	g.many = 1;
 	g.total_mib = 2048;
 	g.cols = 256;
 	g.in_shards = 8;
@@ -940,8 +1174,9 @@ static void parse_args(int argc, char **argv)
 			g.out_shards = (int)bench_parse_num(a, v, 1, MAX_SHARDS);
 		} else if (!strcmp(a, "--repeat")) {
 			g.repeat = (int)bench_parse_num(a, v, 1, MAX_REPEAT);
-		} else if (!strcmp(a, "--dvar") && v) {
-			dvar = v;
+		} else if (!strcmp(a, "--many-shards") && v &&
+		           (!strcmp(v, "yes") || !strcmp(v, "no") || !strcmp(v, "only"))) {
+			g.many = !strcmp(v, "yes") ? 1 : !strcmp(v, "only") ? 2 : 0;
 		} else {
 			bench_bad_option(a);
 		}
@@ -961,42 +1196,13 @@ static void parse_args(int argc, char **argv)
 		exit(2);
 	}
 	g.bytes = g.rows * g.row_bytes;
-	if (dvar)
-		snprintf(g.dvar, sizeof g.dvar, "%s", dvar);
-}
-
-/* The dvar command: --dvar, or where the build tree puts it beside this program. */
-static void find_dvar(void)
-{
-	char self[PATH_MAX - 16], *slash;
-	ssize_t n;
-
-	if (g.dvar[0]) {
-		if (access(g.dvar, X_OK) != 0)
-			bench_fatal("--dvar %s: %s", g.dvar, strerror(errno));
-		return;
-	}
-	n = readlink("/proc/self/exe", self, sizeof self - 1);
-	if (n > 0) {
-		self[n] = '\0';
-		if ((slash = strrchr(self, '/')))
-			*slash = '\0';
-		snprintf(g.dvar, sizeof g.dvar, "%s/../cli/dvar", self);
-		if (access(g.dvar, X_OK) == 0)
-			return;
-		snprintf(g.dvar, sizeof g.dvar, "%s/dvar", self);
-		if (access(g.dvar, X_OK) == 0)
-			return;
-	}
-	fprintf(stderr, "%s: cannot find the dvar command next to this program (../cli/dvar or "
-	        "./dvar); build it (-DDVAR_BUILD_CLI=ON) or pass --dvar PATH\n", PROGRAM);
-	exit(2);
 }
 
 /*
  * At most the input and one output exist at a time (each output is deleted
  * before the next case), each the variable's bytes plus chunk padding: 2x,
- * plus 5% and 512 MiB of headroom. Memory: the largest target shard.
+ * plus 5% and 512 MiB of headroom (which also holds the many-shard case's
+ * input and two outputs). Memory: the largest target shard.
  */
 static void check_resources(void)
 {
@@ -1004,6 +1210,8 @@ static void check_resources(void)
 
 	if (bench_free_space(g.dir, &avail) != 0)
 		bench_fatal("cannot use --dir %s: %s", g.dir, strerror(errno));
+	if (g.many == 2)
+		need = bench_space_needed(3, (uint64_t)MANY_ROWS * MANY_COLS * 4);
 	if (avail < need) {
 		fprintf(stderr,
 		        "%s: %s has %.2f GiB free; this run needs %.2f GiB (the %.2f GiB input and one "
@@ -1025,19 +1233,46 @@ static void check_resources(void)
 	}
 }
 
+/* The 2 GiB part: input, repeats of every case, the input removed. */
+static void run_main(void)
+{
+	unsigned char *copy_buf;
+	double wall, cpu;
+
+	snprintf(g.in_dir, sizeof g.in_dir, "%s/in", g.scratch);
+	if (g.progress)
+		fprintf(stderr, "%s: writing the input, %.2f GiB as %d shards, into %s\n", PROGRAM,
+		        BENCH_GIB(g.bytes), g.in_shards, g.scratch);
+	g.make_secs = make_input(g.in_dir, g.rows, g.cols, g.in_shards, g.in_off);
+	list_data_files();
+	copy_buf = bench_alloc_prefaulted(BENCH_IO_BLOCK);
+
+	run_child(OP_NOTHING, "-", "-", 0, &wall, &cpu, &g.baseline_rss);
+	for (int r = 0; r < g.repeat; r++) {
+		/* Every case starts cold and after the previous one's output is
+		 * deleted and synced; the first case moves on by one every repeat. */
+		for (int k = 0; k < K_COUNT; k++)
+			run_case((r + k) % K_COUNT, r == 0, copy_buf);
+		g.load[r] = bench_load_average();
+		progress_line(r);
+	}
+	munmap(copy_buf, BENCH_IO_BLOCK);
+	bench_remove_tree(g.in_dir);
+	settle();
+	for (int f = 0; f < g.n_data_files; f++)
+		free(g.data_files[f]);
+	free(g.data_files);
+}
+
 int main(int argc, char **argv)
 {
 	static const bench_program prog = { PROGRAM, -1, usage, NULL, NULL };
-	char *version[] = { "dvar", "version", NULL };
-	unsigned char *copy_buf;
-	double wall, cpu;
 	int64_t n;
 
 	if (argc > 1 && !strcmp(argv[1], "--launch"))
 		return launch_main(argc, argv);
 	bench_init(&prog);
 	parse_args(argc, argv);
-	find_dvar();
 	bench_check(dvar_div_layout((int64_t)g.rows, g.in_shards, g.in_off, &n), "dvar_div_layout");
 	bench_check(dvar_div_layout((int64_t)g.rows, g.out_shards, g.out_off, &g.n_out),
 	      "dvar_div_layout");
@@ -1048,35 +1283,18 @@ int main(int argc, char **argv)
 	if (bench_scratch_create(g.dir, "dvar-bench-reshard", stop_child) != 0)
 		bench_fatal("cannot create a scratch folder in %s: %s", g.dir, strerror(errno));
 	snprintf(g.scratch, sizeof g.scratch, "%s", bench_scratch());
-	snprintf(g.in_dir, sizeof g.in_dir, "%s/in", g.scratch);
 	snprintf(g.err_path, sizeof g.err_path, "%s/stderr", g.scratch);
 	g.drop_ok = bench_drop_caches() == 0;
-
 	if (!(g.piece = aligned_alloc(4096, PIECE_BYTES)))
 		bench_fatal("out of memory");
-	if (g.progress)
-		fprintf(stderr, "%s: writing the input, %.2f GiB as %d shards, into %s\n", PROGRAM,
-		        BENCH_GIB(g.bytes), g.in_shards, g.scratch);
-	make_input();
-	list_data_files();
-	copy_buf = bench_alloc_prefaulted(BENCH_IO_BLOCK);
 
-	run_dvar(version, &wall, &cpu, &g.baseline_rss);
-	for (int r = 0; r < g.repeat; r++) {
-		/* Every case starts cold and after the previous one's output is
-		 * deleted and synced; the first case moves on by one every repeat. */
-		for (int k = 0; k < K_COUNT; k++)
-			run_case((r + k) % K_COUNT, r == 0, copy_buf);
-		g.load[r] = bench_load_average();
-		progress_line(r);
-	}
+	if (g.many != 2)
+		run_main();
+	if (g.many)
+		run_many();
 	report();
 
 	bench_scratch_remove();
-	munmap(copy_buf, BENCH_IO_BLOCK);
 	free(g.piece);
-	for (int f = 0; f < g.n_data_files; f++)
-		free(g.data_files[f]);
-	free(g.data_files);
 	return 0;
 }

@@ -1,7 +1,7 @@
 /*
  * cli/cli.h - what the files of the dvar command share: the command table,
  * exit codes, table-driven option parsing, error reporting, progress, JSON
- * output, value formatting, walking a slice in bounded pieces and .npy files.
+ * output, value formatting, progress and callbacks of library operations.
  * Private to cli/; the command uses only the public API in include/dvar/.
  */
 #ifndef DVAR_CLI_H
@@ -46,6 +46,7 @@ int cmd_diff(int argc, char **argv);
 int cmd_ls(int argc, char **argv);
 int cmd_reshard(int argc, char **argv);
 int cmd_export(int argc, char **argv);
+int cmd_digest(int argc, char **argv);
 
 /* -------------------------------------------------------------- options */
 
@@ -167,6 +168,15 @@ void cli_progress_update(void *userdata, uint64_t done, uint64_t total);
 /* Erase the line if one was drawn. */
 void cli_progress_end(cli_progress *p);
 
+/*
+ * The callbacks of a library operation run by command cmd: progress on *pr
+ * (initialised here with mode, as cli_progress_init's; end it with
+ * cli_progress_end), notes printed as "dvar <cmd>: note: ..." on stderr, and
+ * cancellation by Ctrl-C or SIGTERM, after which the library removes what
+ * it wrote and fails with DVAR_ECANCELED.
+ */
+void cli_op_callbacks(dvar_callbacks *cb, const char *cmd, cli_progress *pr, int mode);
+
 /* ------------------------------------------------------------------ JSON */
 
 #define CLI_JSON_MAX_DEPTH 16
@@ -206,19 +216,6 @@ void cli_json_raw(cli_json *j, const char *key, const char *text);
 
 /* ----------------------------------------------------------------- walk */
 
-/*
- * Walks a slice in row-major pieces of at most max_elems elements: the dims
- * before `axis` advance one index at a time, `axis` in runs, the dims after
- * it whole. Concatenated, the pieces are the slice in row-major order.
- */
-typedef struct {
-	dvar_slice region;
-	int axis;
-	int64_t run;
-	int64_t idx[DVAR_MAX_RANK]; /* offsets into region of the next piece */
-	int done;
-} cli_walk;
-
 /* Bytes a command holds for one piece, all its buffers together. */
 #define CLI_PIECE_BYTES (64u << 20)
 
@@ -227,102 +224,6 @@ typedef struct {
  * is CLI_PIECE_BYTES, or $DVAR_CLI_PIECE_BYTES (a testing knob).
  */
 uint64_t cli_walk_budget(size_t bytes_per_elem);
-void cli_walk_init(cli_walk *w, const dvar_slice *region, uint64_t max_elems);
-/* The next piece and its element count; 0 when the walk is over. */
-int cli_walk_next(cli_walk *w, dvar_slice *piece, uint64_t *num_elems);
-
-/* ------------------------------------------------------------ sharding */
-
-#define CLI_KIND_SHARDED "sharded" /* DVAR_STORE_ATTR_KIND of a sharded variable */
-#define CLI_KIND_PLAIN "plain"     /* ... and of one merged into a single shard */
-#define CLI_LAYOUT_DIV "div"       /* DVAR_SHARDING_ATTR_LAYOUT */
-/* Threads of the readers and writers of reshard and export: each holds a
- * chunk buffer or two, so this bounds their memory. */
-#define CLI_STREAM_THREADS 4
-
-/* 1 when variable i is sharded: saved as more than one slice, or kind=sharded. */
-int cli_var_is_sharded(const dvar_reader *r, size_t i);
-
-/*
- * The div layout of want shards over shape's rows (capped by the rows; a
- * scalar gets one shard): *offsets (malloc'ed, n + 1 entries) and *n.
- * Returns CLI_EXIT_OK or an exit code after reporting.
- */
-int cli_layout(const char *cmd, const char *name, const dvar_shape *shape, int64_t want,
-               int64_t **offsets, int64_t *n);
-
-/* Shard k of a layout: rows [offsets[k], offsets[k+1]) of shape, every column. */
-void cli_shard_slice(const dvar_shape *shape, const int64_t *offsets, int64_t k, dvar_slice *out);
-
-/* kind=sharded, shards=n, layout=div on name when n > 1; nothing for n <= 1. */
-int cli_set_shard_attrs(dvar_writer *w, const char *name, int64_t n);
-
-/*
- * Copy variable i's attributes from r to name in w. n = 0 keeps them all as
- * they are; n >= 1 (the variable is rewritten as n div shards) drops the old
- * layout's (shards, layout, kind=sharded) and sets n's (cli_set_shard_attrs;
- * for n = 1 a kind=sharded becomes kind=plain, as dvar_save writes a
- * one-shard variable). Returns a dvar status.
- */
-int cli_copy_attrs(const dvar_reader *r, size_t i, dvar_writer *w, const char *name, int64_t n);
-
-/* Reads regions of variables in bounded pieces into one reused buffer. */
-typedef struct {
-	const char *cmd;
-	void *buf;
-	uint64_t cap;
-	cli_progress *pr; /* may be NULL */
-	uint64_t done;    /* bytes handed on so far, for progress */
-	uint64_t total;
-} cli_copier;
-
-void cli_copier_init(cli_copier *c, const char *cmd, cli_progress *pr, uint64_t total);
-void cli_copier_free(cli_copier *c);
-
-/* A sink for pieces, in row-major order; returns an exit code. */
-typedef int (*cli_piece_fn)(void *ctx, const void *data, uint64_t bytes);
-
-/* Read region of variable i in row-major pieces of at most 8 MiB, handing each to fn. */
-int cli_copy_pieces(cli_copier *c, dvar_reader *r, size_t i, int dtype, const dvar_slice *region,
-                    cli_piece_fn fn, void *ctx);
-
-/* Write region of variable i (described by v) as one streamed slice of the same variable in w. */
-int cli_copy_region(cli_copier *c, dvar_reader *r, size_t i, const dvar_var_info *v,
-                    dvar_writer *w, const dvar_slice *region);
-
-/* min(online CPUs, CLI_STREAM_THREADS). */
-int cli_stream_threads(void);
-
-/*
- * How reshard and export start: OUT must not exist (else an error asking for
- * a new `what`: "directory", "path"), then IN is opened with
- * cli_stream_threads() threads. Returns CLI_EXIT_OK with *r, or an exit code
- * after reporting.
- */
-int cli_open_in_out(const char *cmd, const char *in, const char *out, const char *what,
-                    dvar_reader **r);
-
-/* What cli_each_var does with variable i of r (v describes it): copy what it
- * wants through c, into w when there is one. Returns an exit code. */
-typedef int (*cli_var_fn)(void *ctx, cli_copier *c, dvar_reader *r, size_t i,
-                          const dvar_var_info *v, dvar_writer *w);
-
-/*
- * fn for every variable of r in order until one fails, with a progress line
- * (progress as cli_progress_init's mode) over the total bytes fn copies. With
- * w, w is committed once every call succeeded: a failure leaves nothing at
- * its path. Returns an exit code.
- */
-int cli_each_var(const char *cmd, dvar_reader *r, dvar_writer *w, int progress, uint64_t total,
-                 cli_var_fn fn, void *ctx);
-
-/*
- * A new checkpoint at out, written from r by cli_each_var: chunks of
- * chunk_size raw bytes (0: the default), compressed as compress, with
- * cli_stream_threads() threads. Returns an exit code.
- */
-int cli_rewrite(const char *cmd, dvar_reader *r, const char *out, uint64_t chunk_size,
-                dvar_compress compress, int progress, uint64_t total, cli_var_fn fn, void *ctx);
 
 /* ------------------------------------------------------------ TensorFlow */
 
@@ -341,17 +242,6 @@ int cli_dtype_numeric(int dtype);
 
 /* "dvar <cmd>: variable 'NAME' has dtype N, ..."; returns CLI_EXIT_RUNTIME. */
 int cli_error_dtype(const char *cmd, const char *name, int dtype);
-
-/*
- * TF2's object-based checkpoint key shortened for --short-names (malloc'ed;
- * NULL when out of memory): a trailing "/.ATTRIBUTES/VARIABLE_VALUE" goes,
- * "/.OPTIMIZER_SLOT/" becomes '@' and any other "/.ATTRIBUTES/" ':'.
- * "x/.ATTRIBUTES/VARIABLE_VALUE" -> "x";
- * "dense/kernel/.OPTIMIZER_SLOT/optimizer/m/.ATTRIBUTES/VARIABLE_VALUE" ->
- * "dense/kernel@optimizer/m"; "table/.ATTRIBUTES/table-keys" ->
- * "table:table-keys". Other names come back as they are.
- */
-char *cli_short_name(const char *name);
 
 /*
  * Find variable name: its full name, or with short_names set the one
@@ -373,46 +263,5 @@ int cli_read_strings(const char *cmd, dvar_reader *r, size_t i, uint64_t n, uint
 /* n bytes in double quotes, C-escaped: printable ASCII as it is but for \" and
  * \\, then \n \r \t, every other byte \xNN (always two hex digits). */
 void cli_print_cstring(FILE *f, const void *p, uint64_t n);
-
-/* TensorFlow's `checkpoint` state file (CheckpointState, text format). */
-typedef struct {
-	char *latest;  /* model_checkpoint_path */
-	char **all;    /* all_model_checkpoint_paths, in order */
-	size_t num_all;
-} cli_tf_state;
-
-/*
- * Read dir/checkpoint: 1 with *out filled, 0 when there is none, -1 with a
- * message in err when it cannot be read or parsed. Paths come as written
- * (relative ones are relative to dir).
- */
-int cli_tf_state_read(const char *dir, cli_tf_state *out, char *err, size_t cap);
-void cli_tf_state_clear(cli_tf_state *s);
-
-/* ------------------------------------------------------------------ npy */
-
-/* A .npy file mapped read-only: its header parsed, data pointing into the mapping. */
-typedef struct {
-	int dtype;
-	dvar_shape shape;
-	const void *data;
-	uint64_t data_bytes;
-	uint64_t trailing; /* bytes after the array data (ignored) */
-	void *map;
-	size_t map_len;
-} cli_npy;
-
-/*
- * Map and check path. On failure returns -1 with a message naming the file
- * in err (and nothing left mapped).
- */
-int cli_npy_open(cli_npy *out, const char *path, char *err, size_t cap);
-void cli_npy_close(cli_npy *n);
-
-/* The .npy descr of dtype ("<f4"); NULL for bfloat16, which numpy lacks. */
-const char *cli_npy_descr(int dtype);
-
-/* Write a v1.0 header padded to a multiple of 64 bytes, as numpy does. */
-int cli_npy_write_header(FILE *f, const char *descr, const dvar_shape *shape);
 
 #endif

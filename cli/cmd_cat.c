@@ -83,7 +83,7 @@ static int read_pieces(dvar_reader *r, size_t i, int dtype, const dvar_slice *sl
 	size_t esize = dvar_dtype_size(dtype);
 	uint64_t budget = cli_walk_budget(esize), total, done = 0, n;
 	dvar_slice piece;
-	cli_walk w;
+	dvar_slice_walk w;
 	cli_progress pr;
 	int rc = CLI_EXIT_OK;
 
@@ -92,8 +92,8 @@ static int read_pieces(dvar_reader *r, size_t i, int dtype, const dvar_slice *sl
 	if (!buf)
 		return cli_error("cat", "out of memory");
 	cli_progress_init(&pr, "cat", progress, json);
-	cli_walk_init(&w, sl, budget);
-	while (rc == CLI_EXIT_OK && cli_walk_next(&w, &piece, &n)) {
+	dvar_slice_walk_init(&w, sl, budget);
+	while (rc == CLI_EXIT_OK && dvar_slice_walk_next(&w, &piece, &n)) {
 		if (dvar_reader_read(r, i, &piece, buf, n * esize) != DVAR_OK)
 			rc = cli_error_dvar("cat");
 		else
@@ -249,7 +249,7 @@ static void json_empty(cli_json *j, const char *key, const dvar_slice *sl, int d
 static void json_head(cli_json *j, dvar_reader *r, const dvar_var_info *v, const dvar_slice *sl)
 {
 	char dtype[CLI_DTYPE_TEXT_MAX];
-	char *shown = short_names ? cli_short_name(v->name) : NULL;
+	char *shown = short_names ? dvar_short_name(v->name) : NULL;
 
 	cli_json_begin(j, stdout);
 	cli_json_str(j, "path", dvar_reader_path(r));
@@ -393,7 +393,8 @@ static int finish_output(FILE *f, char *tmp, int rc)
 /* --npy (npy set) or --raw. */
 static int write_file(dvar_reader *r, size_t i, int dtype, const dvar_slice *sl, int npy)
 {
-	const char *descr = cli_npy_descr(dtype == DVAR_BFLOAT16 ? DVAR_FLOAT32 : dtype);
+	char hdr[DVAR_NPY_HEADER_MAX];
+	size_t hlen = 0;
 	dvar_shape shape;
 	char *tmp;
 	int rc = CLI_EXIT_OK;
@@ -405,7 +406,10 @@ static int write_file(dvar_reader *r, size_t i, int dtype, const dvar_slice *sl,
 		fprintf(stderr, "dvar cat: note: '%s' is bfloat16, which numpy lacks; "
 		                "writing it as float32 (exact)\n", var_name);
 	dvar_slice_shape(sl, &shape);
-	if (npy && cli_npy_write_header(o.f, descr, &shape) != 0)
+	if (npy && dvar_npy_header(hdr, sizeof(hdr), &hlen, o.widen ? DVAR_FLOAT32 : dtype,
+	                           &shape) != DVAR_OK)
+		rc = cli_error_dvar("cat");
+	else if (npy && fwrite(hdr, 1, hlen, o.f) != hlen)
 		rc = cli_error("cat", "writing '%s' failed", out_path);
 	if (rc == CLI_EXIT_OK)
 		rc = read_pieces(r, i, dtype, sl, write_piece, &o);

@@ -99,7 +99,7 @@ static int compare_values(dvar_reader *ra, size_t ia, dvar_reader *rb, size_t ib
 	uint64_t budget = cli_walk_budget(2 * esize + 2 * sizeof(double)), n, all;
 	dvar_slice full, piece;
 	buffers buf;
-	cli_walk w;
+	dvar_slice_walk w;
 	int rc = CLI_EXIT_OK;
 
 	dvar_slice_full(&full, &v->shape);
@@ -113,8 +113,8 @@ static int compare_values(dvar_reader *ra, size_t ia, dvar_reader *rb, size_t ib
 		rc = cli_error("diff", "out of memory");
 		goto done;
 	}
-	cli_walk_init(&w, &full, budget);
-	while (cli_walk_next(&w, &piece, &n)) {
+	dvar_slice_walk_init(&w, &full, budget);
+	while (dvar_slice_walk_next(&w, &piece, &n)) {
 		if (dvar_reader_read(ra, ia, &piece, buf.a, n * esize) != DVAR_OK ||
 		    dvar_reader_read(rb, ib, &piece, buf.b, n * esize) != DVAR_OK) {
 			rc = cli_error_dvar("diff");
@@ -192,7 +192,7 @@ static int names_init(names *nm, dvar_reader *r, const char *label)
 	for (size_t i = 0; i < nm->n; i++) {
 		if (dvar_reader_var(r, i, &v) != DVAR_OK)
 			return cli_error_dvar("diff");
-		nm->key[i] = short_names ? cli_short_name(v.name) : strdup(v.name);
+		nm->key[i] = short_names ? dvar_short_name(v.name) : strdup(v.name);
 		if (!nm->key[i])
 			return cli_error("diff", "out of memory");
 		nm->order[i] = i;

@@ -1,14 +1,11 @@
 /*
- * cli/cmd_import.c - `dvar import`: build a committed checkpoint from .npy
- * files. Every file is mapped and checked before anything is written, and
- * the mapped bytes go to the writer as they are (no copy). The library
- * writes into a temporary directory and renames it at commit, so a failure
- * leaves nothing at OUT.
+ * cli/cmd_import.c - `dvar import`: a committed checkpoint from .npy, .npz
+ * and .safetensors files, through dvar_import, which checks every file
+ * before it writes, streams the data and leaves nothing at OUT when it
+ * fails or is interrupted.
  */
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "cli.h"
 
@@ -26,7 +23,9 @@ static const cli_opt opts[] = {
 	{ CLI_OPT_ARG, "OUT", NULL, &out_path, 0, CLI_OPT_REQUIRED,
 	  "the checkpoint directory to create (with --step, a checkpoint root)" },
 	{ CLI_OPT_ARGS, "NAME=FILE.npy", NULL, &pairs, 0, CLI_OPT_REQUIRED,
-	  "save the array in FILE.npy as the variable NAME" },
+	  "save the array in FILE.npy as the variable NAME. FILE.npz or\n"
+	  "FILE.safetensors alone saves every array it holds under its own\n"
+	  "name; PREFIX=FILE.npz (or .safetensors) as PREFIX/name" },
 	{ CLI_OPT_STRING, "compress", "MODE", &compress, 0, 0,
 	  "auto (default): lz4 where a sample says it saves >= 10% and runs\n"
 	  "faster than the disk; lz4: wherever it saves >= 10%; none: raw" },
@@ -48,37 +47,52 @@ static const cli_opt opts[] = {
 
 static const cli_usage usage = {
 	opts,
-	"Arrays must be C-order and little-endian (or byte-order-free): bool, int8-64,\n"
-	"uint8-64, float16, float32 or float64, of rank 0 to 8. numpy has no bfloat16,\n"
-	"so a bfloat16 variable cannot come from a .npy file. --shards NAME=N splits\n"
-	"the rows as TensorFlow's div rule does (N capped by the rows; one shard is\n"
-	"a plain variable). Nothing is left at OUT when the import fails.",
+	"Files are told apart by their first bytes. .npz archives may hold stored\n"
+	"(np.savez) or deflated (np.savez_compressed) members. Arrays must be C-order\n"
+	"and little-endian (or byte-order-free): bool, int8-64, uint8-64, float16,\n"
+	"float32 or float64, of rank 0 to 8, and bfloat16 from safetensors (BF16);\n"
+	"numpy has no bfloat16. --shards NAME=N splits the rows as TensorFlow's div\n"
+	"rule does (N capped by the rows; one shard is a plain variable). The data\n"
+	"is streamed: memory stays at a few chunks whatever the files' sizes.\n"
+	"Nothing is left at OUT when the import fails or is interrupted.",
 	NULL
 };
 
-/* Split each NAME=FILE and reject duplicate names: usage errors, before any I/O. */
-static int split_pairs(const char **names, const char **files)
+/* 1 when name ends in suffix. */
+static int ends_with(const char *name, const char *suffix)
+{
+	size_t n = strlen(name), k = strlen(suffix);
+	return n >= k && strcmp(name + n - k, suffix) == 0;
+}
+
+/* Each NAME=FILE, or FILE.npz / FILE.safetensors alone, as a source; a NAME
+ * given twice is refused. Usage errors, before any I/O. */
+static int split_pairs(dvar_import_source *srcs)
 {
 	for (int i = 0; i < pairs.n; i++) {
-		char *eq = strchr(pairs.v[i], '=');
-		if (!eq || eq == pairs.v[i] || eq[1] == '\0')
-			return cli_usage_error("import", "'%s' is not NAME=FILE.npy", pairs.v[i]);
+		char *arg = pairs.v[i], *eq = strchr(arg, '=');
+		if (!eq && (ends_with(arg, ".npz") || ends_with(arg, ".safetensors"))) {
+			srcs[i].path = arg;
+			continue;
+		}
+		if (!eq || eq == arg || eq[1] == '\0')
+			return cli_usage_error("import", "'%s' is not NAME=FILE.npy, FILE.npz or "
+			                                 "FILE.safetensors", arg);
 		*eq = '\0';
-		names[i] = pairs.v[i];
-		files[i] = eq + 1;
+		srcs[i].name = arg;
+		srcs[i].path = eq + 1;
 		for (int j = 0; j < i; j++)
-			if (strcmp(names[j], names[i]) == 0)
-				return cli_usage_error("import", "variable '%s' is given twice", names[i]);
+			if (srcs[j].name && strcmp(srcs[j].name, arg) == 0)
+				return cli_usage_error("import", "variable '%s' is given twice", arg);
 	}
 	return 0;
 }
 
-/* Apply each --shards NAME=N to its array: nshards[i] (0 when not sharded). */
-static int split_shards(const char **names, int64_t *nshards)
+/* Each --shards NAME=N; the library checks that NAME is an imported array. */
+static int split_shards(dvar_shard_count *counts)
 {
 	for (int k = 0; k < shard_opts.n; k++) {
 		char *text = shard_opts.v[k], *eq = strrchr(text, '='), *end;
-		int i;
 		if (!eq || eq == text || eq[1] < '0' || eq[1] > '9')
 			return cli_usage_error("import", "--shards '%s' is not NAME=N", text);
 		long long n = strtoll(eq + 1, &end, 10);
@@ -87,150 +101,59 @@ static int split_shards(const char **names, int64_t *nshards)
 		if (n < 1)
 			return cli_usage_error("import", "--shards '%s': N must be at least 1", text);
 		*eq = '\0';
-		for (i = 0; i < pairs.n && strcmp(names[i], text) != 0; i++)
-			;
-		if (i == pairs.n)
-			return cli_usage_error("import", "--shards: no array named '%s' is imported", text);
-		if (nshards[i])
-			return cli_usage_error("import", "--shards gives '%s' twice", text);
-		nshards[i] = n;
+		for (int j = 0; j < k; j++)
+			if (strcmp(counts[j].name, text) == 0)
+				return cli_usage_error("import", "--shards gives '%s' twice", text);
+		counts[k].name = text;
+		counts[k].shards = n;
 	}
 	return 0;
 }
 
-static dvar_compress mode;
-
-static int check_options(void)
+static int check_options(dvar_import_options *o)
 {
 	int rc;
 
 	if (no_compress)
-		mode = DVAR_COMPRESS_NONE;
-	else if ((rc = cli_parse_compress("import", compress, &mode)) != 0)
+		o->compress = DVAR_COMPRESS_NONE;
+	else if ((rc = cli_parse_compress("import", compress, &o->compress)) != 0)
 		return rc;
 	if (keep >= 0 && step < 0)
 		return cli_usage_error("import", "--keep needs --step");
 	if (keep > INT32_MAX)
 		return cli_usage_error("import", "--keep %lld is too large", (long long)keep);
+	o->step = step;
+	o->keep_last = keep > 0 ? (int)keep : 0;
+	o->chunk_size = chunk_size;
 	return cli_check_chunk_size("import", chunk_size);
-}
-
-/* Add array a as n div shards, each one slice pointing into the mapped rows. */
-static int add_sharded(dvar_writer *w, const char *name, const cli_npy *a, int64_t want)
-{
-	int64_t *offsets = NULL, n = 0;
-	dvar_slice sl;
-	int rc = cli_layout("import", name, &a->shape, want, &offsets, &n);
-
-	if (rc != CLI_EXIT_OK)
-		return DVAR_EINVAL; /* reported */
-	if (n < want && a->shape.rank == 0)
-		fprintf(stderr, "dvar import: note: '%s' is a scalar: 1 shard, not %lld\n", name,
-		        (long long)want);
-	else if (n < want)
-		fprintf(stderr, "dvar import: note: '%s' has %lld row%s: %lld shard%s, not %lld\n",
-		        name, (long long)a->shape.dims[0], a->shape.dims[0] == 1 ? "" : "s",
-		        (long long)n, n == 1 ? "" : "s", (long long)want);
-	uint64_t row = 0;
-	if (a->shape.rank && a->shape.dims[0])
-		row = a->data_bytes / (uint64_t)a->shape.dims[0];
-	for (int64_t k = 0; rc == DVAR_OK && k < n; k++) {
-		cli_shard_slice(&a->shape, offsets, k, &sl);
-		rc = dvar_writer_add(w, name, a->dtype, &a->shape, n > 1 ? &sl : NULL,
-		                     (const char *)a->data + (uint64_t)offsets[k] * row);
-	}
-	if (rc == DVAR_OK)
-		rc = cli_set_shard_attrs(w, name, n);
-	if (rc != DVAR_OK)
-		cli_error_dvar("import");
-	free(offsets);
-	return rc;
-}
-
-/* Open, add every array, commit. */
-static int write_checkpoint(const char **names, const cli_npy *arrays, const int64_t *nshards)
-{
-	dvar_write_options wo = DVAR_WRITE_OPTIONS_INIT;
-	dvar_writer *w = NULL;
-	cli_progress pr;
-	int rc;
-
-	cli_progress_init(&pr, "import", progress, 0);
-	/* The writer counts bytes done but not the total, which only we know. */
-	for (int i = 0; i < pairs.n; i++)
-		pr.total += arrays[i].data_bytes;
-	wo.chunk_size = chunk_size;
-	wo.compress = mode;
-	wo.keep_last = keep > 0 ? (int)keep : 0;
-	wo.progress = cli_progress_update;
-	wo.progress_userdata = &pr;
-
-	if (step >= 0)
-		rc = dvar_writer_open_step(&w, out_path, step, &wo);
-	else
-		rc = dvar_writer_open(&w, out_path, &wo);
-	int reported = 0;
-	for (int i = 0; rc == DVAR_OK && i < pairs.n; i++) {
-		if (nshards[i]) {
-			rc = add_sharded(w, names[i], &arrays[i], nshards[i]);
-			reported = rc != DVAR_OK;
-		} else {
-			rc = dvar_writer_add(w, names[i], arrays[i].dtype, &arrays[i].shape, NULL,
-			                     arrays[i].data);
-		}
-	}
-	if (rc == DVAR_OK)
-		rc = dvar_writer_commit(w);
-	cli_progress_end(&pr);
-	if (rc != DVAR_OK && !reported)
-		cli_error_dvar("import");
-	dvar_writer_free(w);
-	return rc == DVAR_OK ? CLI_EXIT_OK : CLI_EXIT_RUNTIME;
 }
 
 int cmd_import(int argc, char **argv)
 {
-	char err[512];
-	struct stat st;
+	dvar_import_options o = DVAR_IMPORT_OPTIONS_INIT;
+	cli_progress pr;
 	int rc = cli_parse(&usage, argc, argv);
 
 	if (rc != CLI_CONTINUE)
 		return rc;
-	if ((rc = check_options()) != 0)
+	if ((rc = check_options(&o)) != 0)
 		return rc;
-	const char **names = calloc((size_t)pairs.n, sizeof(*names));
-	const char **files = calloc((size_t)pairs.n, sizeof(*files));
-	cli_npy *arrays = calloc((size_t)pairs.n, sizeof(*arrays));
-	int64_t *nshards = calloc((size_t)pairs.n, sizeof(*nshards));
-	int mapped = 0;
-	if (!names || !files || !arrays || !nshards) {
+	dvar_import_source *srcs = calloc((size_t)pairs.n, sizeof(*srcs));
+	dvar_shard_count *counts = calloc((size_t)shard_opts.n + 1, sizeof(*counts));
+	if (!srcs || !counts) {
 		rc = cli_error("import", "out of memory");
 		goto done;
 	}
-	if ((rc = split_pairs(names, files)) != 0 || (rc = split_shards(names, nshards)) != 0)
+	if ((rc = split_pairs(srcs)) != 0 || (rc = split_shards(counts)) != 0)
 		goto done;
-	for (; mapped < pairs.n; mapped++) {
-		if (cli_npy_open(&arrays[mapped], files[mapped], err, sizeof(err)) != 0) {
-			rc = cli_error("import", "%s", err);
-			goto done;
-		}
-		if (arrays[mapped].trailing)
-			fprintf(stderr, "dvar import: note: '%s' has %llu bytes after the array data; "
-			                "they are ignored\n",
-			        files[mapped], (unsigned long long)arrays[mapped].trailing);
-	}
-
-	/* A root the import creates must not outlive a failed import. */
-	int root_existed = step >= 0 && stat(out_path, &st) == 0;
-	rc = write_checkpoint(names, arrays, nshards);
-	if (rc != CLI_EXIT_OK && step >= 0 && !root_existed)
-		rmdir(out_path);
+	o.shards = counts;
+	o.num_shards = (size_t)shard_opts.n;
+	cli_op_callbacks(&o.cb, "import", &pr, progress);
+	rc = dvar_import(out_path, srcs, (size_t)pairs.n, &o);
+	cli_progress_end(&pr);
+	rc = rc == DVAR_OK ? CLI_EXIT_OK : cli_error_dvar("import");
 done:
-	for (int i = 0; i < mapped; i++)
-		cli_npy_close(&arrays[i]);
-	free(arrays);
-	free(nshards);
-	free(files);
-	free(names);
+	free(counts);
+	free(srcs);
 	return rc;
 }

@@ -132,7 +132,7 @@ static int print_json(dvar_reader *r)
 	for (size_t i = 0; i < n; i++) {
 		if (dvar_reader_var(r, i, &v) != DVAR_OK)
 			return cli_error_dvar("inspect");
-		char *shown = short_names ? cli_short_name(v.name) : NULL;
+		char *shown = short_names ? dvar_short_name(v.name) : NULL;
 		if (short_names && !shown)
 			return cli_error("inspect", "out of memory");
 		cli_json_object(&j, NULL);
@@ -199,7 +199,7 @@ static int print_table(dvar_reader *r)
 			break;
 		names[i] = v.name;
 		if (short_names) {
-			if (!(x->short_name = cli_short_name(v.name))) {
+			if (!(x->short_name = dvar_short_name(v.name))) {
 				rc = DVAR_ENOMEM;
 				break;
 			}

@@ -7,7 +7,9 @@
  * (model_checkpoint_path, all_model_checkpoint_paths). libdvar lists only
  * dvar checkpoints (dvar_root_list_open), so the TensorFlow ones are found
  * here with plain file-system code: every PREFIX.index in the directory,
- * plus whatever the state file names elsewhere.
+ * plus whatever the state file names elsewhere (dvar_checkpoint_state_read
+ * parses it). The leftovers of writers that died come from the library's
+ * listing too.
  */
 #include <dirent.h>
 #include <inttypes.h>
@@ -35,9 +37,14 @@ static const cli_usage usage = {
 	"it). SIZE adds up its .index and data files; every read command takes\n"
 	"ROOT/NAME.\n"
 	"STEP is the number after the name's last '-' (ckpt-100, model.ckpt-100).\n"
+	"LEFTOVER lines are what writers left without committing (hidden names carrying\n"
+	"the writer's host and pid): WRITER is \"running\", \"gone\" (the next writer\n"
+	"into ROOT removes it) or \"unknown\" (another host, or a multi-part save's\n"
+	"own token).\n"
 	"--json prints {\"schema_version\":1,\"root\",\"checkpoints\":[{\"name\",\"step\",\n"
-	"\"bytes\",\"latest\",\"kept\",\"format\"}]}; step is null for a name without one;\n"
-	"format is \"dvar\" or \"tf\".",
+	"\"bytes\",\"latest\",\"kept\",\"format\"}],\"leftovers\":[{\"name\",\"target\",\n"
+	"\"bytes\",\"host\",\"pid\",\"writer\"}]}; step is null for a name without one;\n"
+	"format is \"dvar\" or \"tf\"; host and pid are null when the name does not say.",
 	NULL
 };
 
@@ -218,8 +225,7 @@ done:
  */
 static int list_tf(entries *l)
 {
-	cli_tf_state state;
-	char err[512];
+	dvar_checkpoint_state state;
 	int missing = 0, oom = 0;
 	entry *e;
 
@@ -238,12 +244,12 @@ static int list_tf(entries *l)
 	}
 	if (dp)
 		closedir(dp);
-	int rc = cli_tf_state_read(root, &state, err, sizeof(err));
-	if (rc < 0) {
-		fprintf(stderr, "dvar ls: note: %s; nothing marked latest or kept\n", err);
+	int rc = dvar_checkpoint_state_read(root, &state);
+	if (rc != DVAR_OK && rc != DVAR_ENOTFOUND)
+		fprintf(stderr, "dvar ls: note: %s; nothing marked latest or kept\n", cli_dvar_message());
+	if (rc != DVAR_OK)
 		return oom ? cli_error("ls", "out of memory") : CLI_EXIT_OK;
-	}
-	for (size_t k = 0; rc == 1 && k <= state.num_all && !oom; k++) {
+	for (size_t k = 0; k <= state.num_all && !oom; k++) {
 		const char *name = k < state.num_all ? state.all[k] : state.latest;
 		if ((e = tf_entry(l, name, &missing, &oom))) {
 			e->kept |= k < state.num_all;
@@ -253,9 +259,48 @@ static int list_tf(entries *l)
 			                "there (no %s.index)\n", name, name);
 		}
 	}
-	if (rc == 1)
-		cli_tf_state_clear(&state);
+	dvar_checkpoint_state_clear(&state);
 	return oom ? cli_error("ls", "out of memory") : CLI_EXIT_OK;
+}
+
+/* What writers left in ROOT without committing: a table after the checkpoints, or j's
+ * "leftovers" array. */
+static void list_leftovers(const dvar_root_list *dl, cli_json *j)
+{
+	static const char *const writer[] = { "unknown", "gone", "running" };
+	size_t n = dvar_root_list_num_leftovers(dl);
+	dvar_root_leftover o;
+	char size[32];
+
+	if (j)
+		cli_json_array(j, "leftovers");
+	else if (n)
+		printf("\n%-48s  %10s  %s\n", "LEFTOVER", "SIZE", "WRITER");
+	for (size_t i = 0; i < n; i++) {
+		if (dvar_root_list_leftover(dl, i, &o) != DVAR_OK)
+			continue;
+		if (j) {
+			cli_json_object(j, NULL);
+			cli_json_str(j, "name", o.name);
+			cli_json_str(j, "target", o.target);
+			cli_json_u64(j, "bytes", o.bytes);
+			cli_json_str(j, "host", o.pid ? o.host : NULL);
+			if (o.pid)
+				cli_json_i64(j, "pid", o.pid);
+			else
+				cli_json_str(j, "pid", NULL);
+			cli_json_str(j, "writer", writer[o.writer_alive + 1]);
+			cli_json_end(j);
+			continue;
+		}
+		cli_format_bytes(size, sizeof(size), o.bytes);
+		printf("%-48s  %10s  %s", o.name, size, writer[o.writer_alive + 1]);
+		if (o.pid)
+			printf(" (pid %" PRId64 " on %s)", o.pid, o.host);
+		putchar('\n');
+	}
+	if (j)
+		cli_json_end(j);
 }
 
 int cmd_ls(int argc, char **argv)
@@ -285,10 +330,10 @@ int cmd_ls(int argc, char **argv)
 			e->kept = de.is_kept;
 		}
 	}
-	dvar_root_list_free(dl);
 	if (rc == CLI_EXIT_OK)
 		rc = list_tf(&l);
 	if (rc != CLI_EXIT_OK) {
+		dvar_root_list_free(dl);
 		entries_free(&l);
 		return rc;
 	}
@@ -332,10 +377,12 @@ int cmd_ls(int argc, char **argv)
 				printf("%s%s", any++ ? "," : "", marks[m]);
 		putchar('\n');
 	}
-	if (json) {
+	if (json)
 		cli_json_end(&j);
+	list_leftovers(dl, json ? &j : NULL);
+	if (json)
 		cli_json_end(&j);
-	}
+	dvar_root_list_free(dl);
 	entries_free(&l);
 	return CLI_EXIT_OK;
 }

@@ -11,7 +11,7 @@ static int cmd_help(int argc, char **argv);
 static int cmd_version(int argc, char **argv);
 
 static const cli_cmd cmds[] = {
-	{ "import", cmd_import, "Create a checkpoint from NumPy .npy files" },
+	{ "import", cmd_import, "Create a checkpoint from .npy, .npz and .safetensors files" },
 	{ "inspect", cmd_inspect, "List a checkpoint's variables: dtype, shape, slices, sizes" },
 	{ "cat", cmd_cat, "Print a variable (or a slice of it), or write it to a .npy or raw file" },
 	{ "verify", cmd_verify, "Read every chunk of a checkpoint and check its checksum" },
@@ -19,6 +19,7 @@ static const cli_cmd cmds[] = {
 	{ "ls", cmd_ls, "List the checkpoints under a checkpoint root" },
 	{ "reshard", cmd_reshard, "Write a checkpoint with sharded variables split into M shards" },
 	{ "export", cmd_export, "Write the variables for serving (full tensors) or as a TF checkpoint" },
+	{ "digest", cmd_digest, "Print each variable's CRC-32C digest, the same whatever its sharding" },
 	{ "help", cmd_help, "Show help for dvar or for one command" },
 	{ "version", cmd_version, "Show the version of dvar and libdvar" },
 	{ NULL, NULL, NULL }

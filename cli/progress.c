@@ -4,6 +4,8 @@
  * times a second, and in the automatic mode only once an operation has run
  * for a second, so quick commands print nothing extra.
  */
+#include <signal.h>
+#include <stdio.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -71,4 +73,39 @@ void cli_progress_end(cli_progress *p)
 	fprintf(stderr, "\r%*s\r", (int)p->width, "");
 	fflush(stderr);
 	p->width = 0;
+}
+
+/* ------------------------------------------------------------ operations */
+
+/* Set by SIGINT and SIGTERM while an operation runs: the library stops at
+ * its next piece and removes what it wrote. */
+static volatile sig_atomic_t cancelled;
+
+static void on_signal(int sig)
+{
+	(void)sig;
+	cancelled = 1;
+}
+
+static void print_note(void *userdata, const char *message)
+{
+	fprintf(stderr, "dvar %s: note: %s\n", (const char *)userdata, message);
+}
+
+void cli_op_callbacks(dvar_callbacks *cb, const char *cmd, cli_progress *pr, int mode)
+{
+	struct sigaction sa;
+
+	cli_progress_init(pr, cmd, mode, 0);
+	memset(cb, 0, sizeof(*cb));
+	cb->progress = cli_progress_update;
+	cb->progress_userdata = pr;
+	cb->note = print_note;
+	cb->note_userdata = (void *)cmd;
+	cb->cancel = &cancelled;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_signal;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
 }

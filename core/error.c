@@ -43,6 +43,7 @@ const char *dvar_strerror(int code)
 	case DVAR_EDEVICE: return "device error";
 	case DVAR_ENOTSUPP: return "not supported";
 	case DVAR_EMISMATCH: return "copies differ";
+	case DVAR_ECANCELED: return "cancelled";
 	}
 	return "unknown error";
 }

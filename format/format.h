@@ -72,6 +72,10 @@ typedef struct {
 	dvar_slice_entry *slices;
 	size_t num_attrs;
 	dvar_attr *attrs;      /* sorted by key (bytewise), keys unique */
+	/* Writer: the end row of the slices added so far while each began at or
+	 * after the previous one's end, so that a slice beginning at or after it
+	 * overlaps none (a reshard adds thousands); -1 once they did not. */
+	int64_t rows_end;
 } dvar_var_entry;
 
 /* The header entry. */
@@ -194,30 +198,93 @@ int dvar_fs_pwrite_all(int fd, const void *buf, size_t len, uint64_t off, const 
 /* Reads exactly len bytes; a short read is DVAR_ECORRUPT ("truncated"). */
 int dvar_fs_pread_all(int fd, void *buf, size_t len, uint64_t off, const char *what);
 int dvar_fs_read_file(const char *path, char **out, size_t *len, size_t max);
-/* Write dir/name atomically: dir/name.tmp-<pid>, fsync, rename, fsync dir. */
+/* Write dir/name atomically: a temporary name (dvar_tmp_name), fsync, rename, fsync dir. */
 int dvar_fs_write_atomic(const char *dir, const char *name, const void *data, size_t len);
 /* Rename that fails with DVAR_EEXISTS when to exists (even as an empty directory). */
 int dvar_fs_rename_noreplace(const char *from, const char *to);
 uint64_t dvar_fs_dir_bytes(const char *path);      /* regular files, one level */
 
+/*
+ * Temporary names (docs/FORMAT.md, "Temporary names"): whatever a writer
+ * creates before it commits is the hidden sibling
+ *
+ *   .<final-name>.dvartmp-<tag>     tag = <host>-<pid>-<random>
+ *
+ * of what it becomes: host is this host's name with every byte outside
+ * [A-Za-z0-9_-] made '_', cut to DVAR_TMP_HOST_MAX bytes; random is
+ * DVAR_TMP_RANDOM characters of [a-z0-9]. A tag is also a valid save token
+ * (DVAR_TOKEN_CHARS), so a multi-part save whose token is its chief's tag
+ * names the process that owns it; any other token gives a temporary name
+ * whose writer is unknown, which only dvar_writer_abort_parts removes.
+ */
+#define DVAR_TMP_MARK ".dvartmp-"
+#define DVAR_TMP_HOST_MAX 32
+#define DVAR_TMP_RANDOM 12
+#define DVAR_TMP_TAG_MAX (DVAR_TMP_HOST_MAX + 1 + 10 + 1 + DVAR_TMP_RANDOM)
+
+/* A new tag of this process into tag (DVAR_TMP_TAG_MAX + 1 bytes). */
+void dvar_tmp_tag(char *tag);
+/* dirname(path)/.<basename(path)>.dvartmp-<tag>, malloc'ed; tag NULL: a new one. */
+int dvar_tmp_name(const char *path, const char *tag, char **out);
+
+/* What a temporary name says. */
+typedef struct {
+	size_t target_len;                    /* the final name: name + 1, target_len bytes */
+	char host[DVAR_TMP_HOST_MAX + 1];     /* "" when the tag is not <host>-<pid>-<random> */
+	long pid;                             /* 0 then */
+} dvar_tmp_info;
+
+/* 1 when name (a directory entry's name) is a temporary name, *out filled; 0 otherwise. */
+int dvar_tmp_parse(const char *name, dvar_tmp_info *out);
+/* 1 while its writer runs (this host, pid alive), 0 when it is gone, -1 when
+ * that cannot be told here (another host, or no pid in the name). */
+int dvar_tmp_writer_alive(const dvar_tmp_info *t);
+/*
+ * Remove (rmtree) every temporary entry of dir whose writer is gone: written
+ * on this host by a pid that no longer exists (kill(pid, 0) fails with
+ * ESRCH). Others' are never touched. Best effort: what cannot be removed
+ * stays for the next sweep, and the thread's error is left as it was.
+ */
+void dvar_tmp_sweep(const char *dir);
+
 /* ---------------------------------------------------------------- root.c */
 
-/* The pointer file's content. */
-typedef struct {
-	char *latest;
-	size_t num_kept;
-	char **kept;
-} dvar_pointer;
+/*
+ * The pointer file: a `checkpoint` state file (state.c) whose names are
+ * checkpoint directories under the root (no '/'). DVAR_ENOTFOUND when absent.
+ */
+int dvar_pointer_read(dvar_checkpoint_state *out, const char *root);
+int dvar_pointer_write(const char *root, const dvar_checkpoint_state *p);
 
-int dvar_pointer_read(dvar_pointer *out, const char *root); /* DVAR_ENOTFOUND when absent */
-int dvar_pointer_write(const char *root, const dvar_pointer *p);
-void dvar_pointer_clear(dvar_pointer *p);
+/* ---------------------------------------------------------------- state.c */
+
+/* The largest `checkpoint` state file read, and the fields dvar writes. */
+#define DVAR_STATE_MAX (1u << 20)
+#define DVAR_STATE_LATEST "model_checkpoint_path"
+#define DVAR_STATE_ALL "all_model_checkpoint_paths"
+
+/*
+ * Parse the text (len bytes) of a `checkpoint` state file as TensorFlow's
+ * text-format parser parses a CheckpointState (docs/FORMAT.md, "The pointer
+ * file"). what names the file in messages: DVAR_ECORRUPT "'what' line L:
+ * ...". On failure *out is empty.
+ */
+int dvar_checkpoint_state_parse(dvar_checkpoint_state *out, const char *text, size_t len,
+                                const char *what);
 
 /* Resolve a checkpoint directory or a root (its latest) to a malloc'ed directory path. */
 int dvar_resolve_checkpoint(const char *path, char **out);
 
 /* After committing root/name: make it latest, keep the last keep_last (0 = all). */
 int dvar_root_publish(const char *root, const char *name, int keep_last);
+
+/* ---------------------------------------------------------------- reader.c */
+
+/* Variable i's entry as the reader holds it (NULL when out of range), and
+ * whether it reads a TensorFlow checkpoint: for restore/digest.c, which
+ * combines chunk checksums without reading. */
+const dvar_var_entry *dvar_reader__entry(const dvar_reader *r, size_t i);
+int dvar_reader__is_tf(const dvar_reader *r);
 
 DVAR_END_DECL
 

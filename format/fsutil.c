@@ -1,16 +1,22 @@
 /*
  * format/fsutil.c - the file-system steps a crash-safe checkpoint is made
  * of: positioned reads and writes that finish or fail loudly, fsync of files
- * and directories, rename that never replaces, atomic small-file writes.
+ * and directories, rename that never replaces, atomic small-file writes,
+ * and the one rule for temporary names (format.h): making, recognising and
+ * sweeping them.
  */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "format/format.h"
@@ -176,29 +182,30 @@ done:
 
 int dvar_fs_write_atomic(const char *dir, const char *name, const void *data, size_t len)
 {
-	char tmpname[256];
-	snprintf(tmpname, sizeof(tmpname), "%s.tmp-%ld", name, (long)getpid());
-	char *tmp = dvar_path_join(dir, tmpname), *final = dvar_path_join(dir, name);
+	char *final = dvar_path_join(dir, name), *tmp = NULL;
 	int fd = -1, rc = DVAR_OK;
-	if (!tmp || !final) {
+	if (!final) {
 		rc = dvar_error_set(DVAR_ENOMEM, "out of memory");
 		goto done;
 	}
-	if ((fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666)) < 0) {
-		rc = dvar_error_set_errno(DVAR_EIO, errno, "create '%s'", tmp);
+	if ((rc = dvar_tmp_name(final, NULL, &tmp)))
+		goto done;
+	/* Messages name final: the temporary name means nothing to the user. */
+	if ((fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666)) < 0) {
+		rc = dvar_error_set_errno(DVAR_EIO, errno, "write '%s'", final);
 		goto done;
 	}
-	if ((rc = dvar_fs_pwrite_all(fd, data, len, 0, tmp)))
+	if ((rc = dvar_fs_pwrite_all(fd, data, len, 0, final)))
 		goto done;
 	if (fsync(fd) != 0) {
-		rc = dvar_error_set_errno(DVAR_EIO, errno, "fsync '%s'", tmp);
+		rc = dvar_error_set_errno(DVAR_EIO, errno, "fsync '%s'", final);
 		goto done;
 	}
 	close(fd);
 	fd = -1;
 	DVAR_FAULT_POINT("atomic-before-rename");
 	if (rename(tmp, final) != 0) {
-		rc = dvar_error_set_errno(DVAR_EIO, errno, "rename '%s' to '%s'", tmp, final);
+		rc = dvar_error_set_errno(DVAR_EIO, errno, "replace '%s'", final);
 		goto done;
 	}
 	rc = dvar_fs_fsync_path(dir);
@@ -244,4 +251,123 @@ uint64_t dvar_fs_dir_bytes(const char *path)
 	}
 	closedir(d);
 	return sum;
+}
+
+/* ---------------------------------------------------------------- temporary names */
+
+/* This host's name as temporary names carry it (format.h). */
+static void host_tag(char host[DVAR_TMP_HOST_MAX + 1])
+{
+	char raw[256] = "";
+	if (gethostname(raw, sizeof(raw) - 1) != 0 || !raw[0])
+		snprintf(raw, sizeof(raw), "localhost");
+	size_t n = 0;
+	for (; raw[n] && n < DVAR_TMP_HOST_MAX; n++) {
+		char c = raw[n];
+		int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+		         c == '_' || c == '-';
+		host[n] = ok ? c : '_';
+	}
+	host[n] = '\0';
+}
+
+void dvar_tmp_tag(char *tag)
+{
+	static const char digits[] = "abcdefghijklmnopqrstuvwxyz0123456789";
+	static atomic_uint counter;
+	unsigned char r[DVAR_TMP_RANDOM];
+	char host[DVAR_TMP_HOST_MAX + 1], rnd[DVAR_TMP_RANDOM + 1];
+	if (getrandom(r, sizeof(r), GRND_NONBLOCK) != (ssize_t)sizeof(r)) {
+		/* No entropy yet: the pid is in the tag already; a counter and the
+		 * clock keep this process's tags apart. */
+		uint64_t x = ((uint64_t)atomic_fetch_add(&counter, 1) << 40) ^ (uint64_t)time(NULL) ^
+		             (uint64_t)clock();
+		for (size_t i = 0; i < sizeof(r); i++, x = x * 6364136223846793005ull + 1442695040888963407ull)
+			r[i] = (unsigned char)(x >> 56);
+	}
+	for (size_t i = 0; i < sizeof(r); i++)
+		rnd[i] = digits[r[i] % 36];
+	rnd[DVAR_TMP_RANDOM] = '\0';
+	host_tag(host);
+	snprintf(tag, DVAR_TMP_TAG_MAX + 1, "%s-%ld-%s", host, (long)getpid(), rnd);
+}
+
+int dvar_tmp_name(const char *path, const char *tag, char **out)
+{
+	char fresh[DVAR_TMP_TAG_MAX + 1];
+	const char *slash = strrchr(path, '/');
+	const char *base = slash ? slash + 1 : path;
+	int dir_len = slash ? (int)(slash - path) + 1 : 0;
+	if (!tag) {
+		dvar_tmp_tag(fresh);
+		tag = fresh;
+	}
+	size_t cap = strlen(path) + strlen(tag) + sizeof(DVAR_TMP_MARK) + 2;
+	if (!(*out = malloc(cap)))
+		return dvar_error_set(DVAR_ENOMEM, "out of memory");
+	snprintf(*out, cap, "%.*s.%s" DVAR_TMP_MARK "%s", dir_len, path, base, tag);
+	return DVAR_OK;
+}
+
+int dvar_tmp_parse(const char *name, dvar_tmp_info *out)
+{
+	const char *mark = NULL;
+	for (const char *m = name; (m = strstr(m, DVAR_TMP_MARK)); m++)
+		mark = m;
+	if (name[0] != '.' || !mark || mark == name + 1)
+		return 0;
+	const char *tag = mark + strlen(DVAR_TMP_MARK);
+	size_t len = strlen(tag);
+	if (!len || len > DVAR_MAX_TOKEN || strspn(tag, DVAR_TOKEN_CHARS) != len)
+		return 0;
+	memset(out, 0, sizeof(*out));
+	out->target_len = (size_t)(mark - name - 1);
+	/* <host>-<pid>-<random>, read from the right: host may hold '-'. */
+	const char *rnd = strrchr(tag, '-');
+	if (!rnd || strlen(rnd + 1) != DVAR_TMP_RANDOM ||
+	    strspn(rnd + 1, "abcdefghijklmnopqrstuvwxyz0123456789") != DVAR_TMP_RANDOM)
+		return 1;
+	const char *pid = rnd;
+	while (pid > tag && pid[-1] >= '0' && pid[-1] <= '9')
+		pid--;
+	size_t host_len = pid > tag + 1 ? (size_t)(pid - 1 - tag) : 0;
+	if (pid == rnd || rnd - pid > 10 || !host_len || pid[-1] != '-' || host_len > DVAR_TMP_HOST_MAX)
+		return 1;
+	memcpy(out->host, tag, host_len);
+	out->host[host_len] = '\0';
+	out->pid = strtol(pid, NULL, 10);
+	if (out->pid <= 0)
+		out->host[0] = '\0', out->pid = 0;
+	return 1;
+}
+
+int dvar_tmp_writer_alive(const dvar_tmp_info *t)
+{
+	char host[DVAR_TMP_HOST_MAX + 1];
+	host_tag(host);
+	if (t->pid <= 0 || strcmp(t->host, host) != 0)
+		return -1;
+	return kill((pid_t)t->pid, 0) == 0 || errno != ESRCH;
+}
+
+void dvar_tmp_sweep(const char *dir)
+{
+	DIR *d = opendir(dir);
+	if (!d)
+		return;
+	dvar_error saved = *dvar_error_last();
+	char msg[DVAR_ERROR_MESSAGE_MAX];
+	snprintf(msg, sizeof(msg), "%s", saved.message);
+	struct dirent *e;
+	dvar_tmp_info t;
+	while ((e = readdir(d))) {
+		if (!dvar_tmp_parse(e->d_name, &t) || dvar_tmp_writer_alive(&t) != 0)
+			continue;
+		char *path = dvar_path_join(dir, e->d_name);
+		if (path)
+			dvar_fs_rmtree(path);
+		free(path);
+	}
+	closedir(d);
+	dvar_error_restore(saved.code, msg);
 }

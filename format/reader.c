@@ -1182,3 +1182,15 @@ void dvar_reader_unmap(dvar_mapping *m)
 		munmap(m->base_, m->length_);
 	memset(m, 0, sizeof(*m));
 }
+
+/* ---------------------------------------------------------------- private */
+
+const dvar_var_entry *dvar_reader__entry(const dvar_reader *r, size_t i)
+{
+	return i < r->num_vars ? &r->vars[i] : NULL;
+}
+
+int dvar_reader__is_tf(const dvar_reader *r)
+{
+	return r->is_tf;
+}

@@ -1,8 +1,8 @@
 /*
  * format/root.c - a checkpoint root: ckpt-<step>/ directories and the
  * `checkpoint` pointer file naming the latest one and the ones kept. The
- * pointer file uses TensorFlow's CheckpointState text form, so
- * tf.train.latest_checkpoint reads it too:
+ * pointer file uses TensorFlow's CheckpointState text form (parsed by
+ * state.c), so tf.train.latest_checkpoint reads it too:
  *
  *   model_checkpoint_path: "ckpt-200"
  *   all_model_checkpoint_paths: "ckpt-100"
@@ -20,123 +20,42 @@
 
 #include "format/format.h"
 
-#define POINTER_MAX (1u << 20)
-#define KEY_LATEST "model_checkpoint_path"
-#define KEY_ALL "all_model_checkpoint_paths"
-
-void dvar_pointer_clear(dvar_pointer *p)
+/* A name the pointer file may hold: a directory right under the root. */
+static int check_name(const char *path, const char *name)
 {
-	free(p->latest);
-	for (size_t i = 0; i < p->num_kept; i++)
-		free(p->kept[i]);
-	free(p->kept);
-	memset(p, 0, sizeof(*p));
+	if (!*name || strchr(name, '/') || !strcmp(name, ".") || !strcmp(name, ".."))
+		return dvar_error_set(DVAR_ECORRUPT, "pointer file '%s' names '%s', which is not a "
+		                      "checkpoint directory of its root", path, name);
+	return DVAR_OK;
 }
 
-/* A quoted string with C escapes; only names we could have written are accepted. */
-static char *parse_quoted(const char *s, const char **end)
+int dvar_pointer_read(dvar_checkpoint_state *out, const char *root)
 {
-	if (*s != '"')
-		return NULL;
-	size_t n = 0;
-	char *out = malloc(strlen(s));
-	if (!out)
-		return NULL;
-	for (s++; *s && *s != '"'; s++) {
-		if (*s == '\\') {
-			s++;
-			if (*s != '\\' && *s != '"' && *s != '\'') {
-				free(out);
-				return NULL;
-			}
-		}
-		out[n++] = *s;
-	}
-	if (*s != '"' || n == 0 || memchr(out, '/', n)) {
-		free(out);
-		return NULL;
-	}
-	out[n] = '\0';
-	*end = s + 1;
-	return out;
-}
-
-int dvar_pointer_read(dvar_pointer *out, const char *root)
-{
-	memset(out, 0, sizeof(*out));
-	char *path = dvar_path_join(root, DVAR_POINTER_NAME), *text = NULL;
-	size_t len;
-	int rc;
-	if (!path)
-		return dvar_error_set(DVAR_ENOMEM, "out of memory");
-	if ((rc = dvar_fs_read_file(path, &text, &len, POINTER_MAX)))
-		goto done;
-	if (memchr(text, '\0', len)) {
-		rc = dvar_error_set(DVAR_ECORRUPT, "pointer file '%s' is not text", path);
-		goto done;
-	}
-	int lineno = 0;
-	for (char *line = text, *next; line && *line; line = next) {
-		lineno++;
-		next = strchr(line, '\n');
-		if (next)
-			*next++ = '\0';
-		while (*line == ' ' || *line == '\t' || *line == '\r')
-			line++;
-		if (!*line || *line == '#')
-			continue;
-		char *colon = strchr(line, ':');
-		const char *vend = NULL;
-		char *value = colon ? (colon[1] == ' ' ? parse_quoted(colon + 2, &vend) : parse_quoted(colon + 1, &vend)) : NULL;
-		if (colon)
-			*colon = '\0';
-		int is_latest = colon && strcmp(line, KEY_LATEST) == 0, is_all = colon && strcmp(line, KEY_ALL) == 0;
-		if (vend)
-			while (*vend == ' ' || *vend == '\t' || *vend == '\r')
-				vend++;
-		if (!value || *vend) {
-			free(value);
-			/* TensorFlow's timestamps and fields we do not use are fine. */
-			if (colon && !is_latest && !is_all)
-				continue;
-			rc = dvar_error_set(DVAR_ECORRUPT, "pointer file '%s' line %d is malformed", path, lineno);
-			goto done;
-		}
-		if (is_latest) {
-			free(out->latest);
-			out->latest = value;
-		} else if (is_all) {
-			char **kept = realloc(out->kept, (out->num_kept + 1) * sizeof(char *));
-			if (!kept) {
-				free(value);
-				rc = dvar_error_set(DVAR_ENOMEM, "out of memory");
-				goto done;
-			}
-			out->kept = kept;
-			out->kept[out->num_kept++] = value;
-		} else {
-			free(value);
-		}
-	}
-	if (!out->latest)
-		rc = dvar_error_set(DVAR_ECORRUPT, "pointer file '%s' names no latest checkpoint (%s)", path, KEY_LATEST);
-done:
+	int rc = dvar_checkpoint_state_read(root, out);
 	if (rc)
-		dvar_pointer_clear(out);
-	free(text);
+		return rc;
+	char *path = dvar_path_join(root, DVAR_POINTER_NAME);
+	if (!path)
+		rc = dvar_error_set(DVAR_ENOMEM, "out of memory");
+	else
+		rc = check_name(path, out->latest);
+	for (size_t i = 0; !rc && i < out->num_all; i++)
+		rc = check_name(path, out->all[i]);
+	if (rc)
+		dvar_checkpoint_state_clear(out);
 	free(path);
 	return rc;
 }
 
-int dvar_pointer_write(const char *root, const dvar_pointer *p)
+int dvar_pointer_write(const char *root, const dvar_checkpoint_state *p)
 {
 	dvar_bytes b = { 0 };
 	int rc = DVAR_OK;
 	char line[DVAR_MAX_NAME + 64];
-	snprintf(line, sizeof(line), KEY_LATEST ": \"%s\"\n", p->latest);
+	snprintf(line, sizeof(line), DVAR_STATE_LATEST ": \"%s\"\n", p->latest);
 	rc = dvar_bytes_put(&b, line, strlen(line));
-	for (size_t i = 0; !rc && i < p->num_kept; i++) {
-		snprintf(line, sizeof(line), KEY_ALL ": \"%s\"\n", p->kept[i]);
+	for (size_t i = 0; !rc && i < p->num_all; i++) {
+		snprintf(line, sizeof(line), DVAR_STATE_ALL ": \"%s\"\n", p->all[i]);
 		rc = dvar_bytes_put(&b, line, strlen(line));
 	}
 	if (!rc)
@@ -161,7 +80,7 @@ int dvar_resolve_checkpoint(const char *path, char **out)
 		if (!(*out = strdup(path)))
 			rc = dvar_error_set(DVAR_ENOMEM, "out of memory");
 	} else if (dvar_fs_exists(pointer)) {
-		dvar_pointer p;
+		dvar_checkpoint_state p;
 		if ((rc = dvar_pointer_read(&p, path)))
 			goto done;
 		if (!(*out = dvar_path_join(path, p.latest)))
@@ -169,7 +88,7 @@ int dvar_resolve_checkpoint(const char *path, char **out)
 		else if (!dvar_fs_is_dir(*out))
 			rc = dvar_error_set(DVAR_ENOTFOUND, "root '%s': its latest checkpoint '%s' does not exist",
 			                    path, p.latest);
-		dvar_pointer_clear(&p);
+		dvar_checkpoint_state_clear(&p);
 	} else {
 		rc = dvar_error_set(DVAR_ENOTFOUND, "'%s' is neither a checkpoint (no %s) nor a checkpoint "
 		                    "root (no %s file)", path, DVAR_INDEX_NAME, DVAR_POINTER_NAME);
@@ -208,7 +127,7 @@ static int delete_checkpoint(const char *root, const char *name)
 
 int dvar_root_publish(const char *root, const char *name, int keep_last)
 {
-	dvar_pointer old, next = { 0 };
+	dvar_checkpoint_state old, next = { 0 };
 	int rc = dvar_pointer_read(&old, root);
 	if (rc == DVAR_ENOTFOUND) {
 		memset(&old, 0, sizeof(old));
@@ -217,26 +136,26 @@ int dvar_root_publish(const char *root, const char *name, int keep_last)
 		return rc;
 	}
 	size_t n = 0;
-	char **list = calloc(old.num_kept + 1, sizeof(char *));
+	char **list = calloc(old.num_all + 1, sizeof(char *));
 	if (!list) {
-		dvar_pointer_clear(&old);
+		dvar_checkpoint_state_clear(&old);
 		return dvar_error_set(DVAR_ENOMEM, "out of memory");
 	}
-	for (size_t i = 0; i < old.num_kept; i++)
-		if (strcmp(old.kept[i], name) != 0)
-			list[n++] = old.kept[i];
+	for (size_t i = 0; i < old.num_all; i++)
+		if (strcmp(old.all[i], name) != 0)
+			list[n++] = old.all[i];
 	list[n++] = (char *)name;
 	size_t drop = keep_last > 0 && n > (size_t)keep_last ? n - (size_t)keep_last : 0;
 	next.latest = (char *)name;
-	next.kept = list + drop;
-	next.num_kept = n - drop;
+	next.all = list + drop;
+	next.num_all = n - drop;
 	DVAR_FAULT_POINT("before-pointer");
 	rc = dvar_pointer_write(root, &next);
 	DVAR_FAULT_POINT("pointer-written");
 	for (size_t i = 0; !rc && i < drop; i++)
 		rc = delete_checkpoint(root, list[i]);
 	free(list);
-	dvar_pointer_clear(&old);
+	dvar_checkpoint_state_clear(&old);
 	return rc;
 }
 
@@ -245,6 +164,8 @@ int dvar_root_publish(const char *root, const char *name, int keep_last)
 struct dvar_root_list {
 	dvar_root_entry *entries;
 	size_t count;
+	dvar_root_leftover *leftovers;  /* name, target and host owned */
+	size_t num_leftovers;
 };
 
 static int64_t step_of(const char *name)
@@ -266,6 +187,42 @@ static int entry_cmp(const void *a, const void *b)
 	return strcmp(x->name, y->name);
 }
 
+static int leftover_cmp(const void *a, const void *b)
+{
+	return strcmp(((const dvar_root_leftover *)a)->name, ((const dvar_root_leftover *)b)->name);
+}
+
+/* Record root/name, a temporary name t says of, as a leftover. */
+static int add_leftover(dvar_root_list *l, const char *root, const char *name,
+                        const dvar_tmp_info *t)
+{
+	char *path = dvar_path_join(root, name);
+	dvar_root_leftover *grown = realloc(l->leftovers, (l->num_leftovers + 1) * sizeof(*grown));
+	struct stat st;
+	if (grown)
+		l->leftovers = grown;
+	if (!path || !grown) {
+		free(path);
+		return dvar_error_set(DVAR_ENOMEM, "out of memory");
+	}
+	dvar_root_leftover *o = &l->leftovers[l->num_leftovers];
+	memset(o, 0, sizeof(*o));
+	if (lstat(path, &st) == 0)
+		o->bytes = S_ISDIR(st.st_mode) ? dvar_fs_dir_bytes(path)
+		           : S_ISREG(st.st_mode) ? (uint64_t)st.st_size : 0;
+	free(path);
+	o->pid = t->pid;
+	o->writer_alive = dvar_tmp_writer_alive(t);
+	if (!(o->name = strdup(name)) || !(o->target = strndup(name + 1, t->target_len)) ||
+	    !(o->host = strdup(t->host))) {
+		free((char *)o->name);
+		free((char *)o->target);
+		return dvar_error_set(DVAR_ENOMEM, "out of memory");
+	}
+	l->num_leftovers++;
+	return DVAR_OK;
+}
+
 int dvar_root_list_open(dvar_root_list **out, const char *root)
 {
 	if (!out || !root)
@@ -275,7 +232,7 @@ int dvar_root_list_open(dvar_root_list **out, const char *root)
 	if (!d)
 		return dvar_error_set_errno(errno == ENOENT ? DVAR_ENOTFOUND : DVAR_EIO, errno,
 		                            "open checkpoint root '%s'", root);
-	dvar_pointer p;
+	dvar_checkpoint_state p;
 	int have_pointer = dvar_pointer_read(&p, root) == DVAR_OK;
 	int rc = DVAR_OK;
 	dvar_root_list *l = calloc(1, sizeof(*l));
@@ -284,8 +241,13 @@ int dvar_root_list_open(dvar_root_list **out, const char *root)
 	if (!l)
 		rc = dvar_error_set(DVAR_ENOMEM, "out of memory");
 	while (!rc && (e = readdir(d))) {
+		dvar_tmp_info t;
+		if (dvar_tmp_parse(e->d_name, &t)) {
+			rc = add_leftover(l, root, e->d_name, &t);
+			continue;
+		}
 		if (e->d_name[0] == '.')
-			continue; /* ., .., and temporary or half-deleted checkpoints */
+			continue; /* ., .., and half-deleted checkpoints */
 		char *dir = dvar_path_join(root, e->d_name);
 		char *index = dir ? dvar_path_join(dir, DVAR_INDEX_NAME) : NULL;
 		int is_ckpt = index && dvar_fs_exists(index);
@@ -314,19 +276,21 @@ int dvar_root_list_open(dvar_root_list **out, const char *root)
 		en->bytes = bytes;
 		if (have_pointer) {
 			en->is_latest = strcmp(p.latest, en->name) == 0;
-			for (size_t k = 0; k < p.num_kept; k++)
-				en->is_kept |= strcmp(p.kept[k], en->name) == 0;
+			for (size_t k = 0; k < p.num_all; k++)
+				en->is_kept |= strcmp(p.all[k], en->name) == 0;
 		}
 	}
 	closedir(d);
 	if (have_pointer)
-		dvar_pointer_clear(&p);
+		dvar_checkpoint_state_clear(&p);
 	if (rc) {
 		dvar_root_list_free(l);
 		return rc;
 	}
 	if (l->count)
 		qsort(l->entries, l->count, sizeof(dvar_root_entry), entry_cmp);
+	if (l->num_leftovers)
+		qsort(l->leftovers, l->num_leftovers, sizeof(dvar_root_leftover), leftover_cmp);
 	*out = l;
 	return DVAR_OK;
 }
@@ -344,6 +308,20 @@ int dvar_root_list_get(const dvar_root_list *l, size_t i, dvar_root_entry *out)
 	return DVAR_OK;
 }
 
+size_t dvar_root_list_num_leftovers(const dvar_root_list *l)
+{
+	return l ? l->num_leftovers : 0;
+}
+
+int dvar_root_list_leftover(const dvar_root_list *l, size_t i, dvar_root_leftover *out)
+{
+	if (!l || !out || i >= l->num_leftovers)
+		return dvar_error_set(DVAR_EINVAL, "root listing has %zu leftovers, not %zu",
+		                      l ? l->num_leftovers : 0, i + 1);
+	*out = l->leftovers[i];
+	return DVAR_OK;
+}
+
 void dvar_root_list_free(dvar_root_list *l)
 {
 	if (!l)
@@ -351,5 +329,11 @@ void dvar_root_list_free(dvar_root_list *l)
 	for (size_t i = 0; i < l->count; i++)
 		free((char *)l->entries[i].name);
 	free(l->entries);
+	for (size_t i = 0; i < l->num_leftovers; i++) {
+		free((char *)l->leftovers[i].name);
+		free((char *)l->leftovers[i].target);
+		free((char *)l->leftovers[i].host);
+	}
+	free(l->leftovers);
 	free(l);
 }

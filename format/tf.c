@@ -2,8 +2,9 @@
  * format/tf.c - TensorFlow's TensorBundle at the level of bytes (format/tf.h;
  * ../shared/reference/tf-behavior.md §4): a small protobuf wire-format
  * decoder and encoder for the index's messages, OrderedCode slice keys,
- * masked CRC-32C, string tensors, the `checkpoint` state file, and opening a
- * bundle's index as dvar's in-memory entries.
+ * masked CRC-32C, string tensors, locating a bundle through the `checkpoint`
+ * state file (parsed by state.c), and opening a bundle's index as dvar's
+ * in-memory entries.
  *
  * Nothing here trusts its input: every read stays inside the bytes given,
  * every allocation is bounded by what those bytes can justify (dimensions
@@ -20,9 +21,6 @@
 
 /* A partitioned tensor with more slices than this is refused (bounds memory). */
 #define TF_MAX_SLICES 100000u
-/* The largest `checkpoint` state file read. */
-#define TF_STATE_MAX (1u << 20)
-#define TF_STATE_NAME "checkpoint"
 
 /* ---------------------------------------------------------------- checksums */
 
@@ -997,121 +995,6 @@ static int has_index(const char *prefix)
 	return yes;
 }
 
-static int hexval(int c)
-{
-	return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
-	       : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-}
-
-/*
- * A text-format string value at s (one or more adjacent quoted pieces, ' or
- * ", C escapes); *out malloc'ed; NULL for anything else (or a NUL byte).
- */
-static char *parse_text_string(const char *s, const char **end)
-{
-	char *out = malloc(strlen(s) + 1);
-	size_t n = 0;
-	int pieces = 0;
-	if (!out)
-		return NULL;
-	for (;;) {
-		while (*s == ' ' || *s == '\t')
-			s++;
-		if (*s != '"' && *s != '\'')
-			break;
-		char q = *s++;
-		while (*s && *s != q) {
-			int c = (unsigned char)*s++;
-			if (c == '\\') {
-				c = (unsigned char)*s++;
-				switch (c) {
-				case 'n': c = '\n'; break;
-				case 't': c = '\t'; break;
-				case 'r': c = '\r'; break;
-				case 'a': c = '\a'; break;
-				case 'b': c = '\b'; break;
-				case 'f': c = '\f'; break;
-				case 'v': c = '\v'; break;
-				case '\\': case '\'': case '"': case '?': break;
-				case 'x': {
-					int v = 0, k = 0;
-					while (k < 2 && hexval(*s) >= 0)
-						v = v * 16 + hexval(*s++), k++;
-					if (!k)
-						goto bad;
-					c = v;
-					break;
-				}
-				default:
-					if (c >= '0' && c <= '7') {
-						int v = c - '0', k = 1;
-						while (k < 3 && *s >= '0' && *s <= '7')
-							v = v * 8 + (*s++ - '0'), k++;
-						c = v & 0xff;
-						break;
-					}
-					goto bad;
-				}
-			}
-			if (c == 0)
-				goto bad;
-			out[n++] = (char)c;
-		}
-		if (*s != q)
-			goto bad;
-		s++;
-		pieces++;
-	}
-	if (!pieces)
-		goto bad;
-	out[n] = '\0';
-	*end = s;
-	return out;
-bad:
-	free(out);
-	return NULL;
-}
-
-/* model_checkpoint_path of dir's state file text; NULL when there is none or it is malformed. */
-static char *state_latest(char *text)
-{
-	static const char key[] = "model_checkpoint_path";
-	char *latest = NULL;
-	for (char *line = text, *next; line && *line; line = next) {
-		next = strchr(line, '\n');
-		if (next)
-			*next++ = '\0';
-		while (*line == ' ' || *line == '\t' || *line == '\r')
-			line++;
-		if (strncmp(line, key, sizeof(key) - 1) != 0)
-			continue;
-		const char *s = line + sizeof(key) - 1, *end;
-		while (*s == ' ' || *s == '\t')
-			s++;
-		if (*s != ':')
-			continue;
-		char *v = parse_text_string(s + 1, &end);
-		if (!v) {
-			free(latest);
-			return NULL;
-		}
-		while (*end == ' ' || *end == '\t' || *end == '\r')
-			end++;
-		if (*end && *end != '#') {
-			free(v);
-			free(latest);
-			return NULL;
-		}
-		free(latest);
-		latest = v;
-	}
-	if (latest && !*latest) {
-		free(latest);
-		latest = NULL;
-	}
-	return latest;
-}
-
 int dvar_tf_locate(const char *path, char **prefix)
 {
 	int rc;
@@ -1129,9 +1012,9 @@ int dvar_tf_locate(const char *path, char **prefix)
 	if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
 		return 0;
 	char *dindex = dvar_path_join(path, DVAR_INDEX_NAME);
-	char *state = dvar_path_join(path, TF_STATE_NAME);
-	char *text = NULL, *latest = NULL, *cand = NULL, *alt = NULL;
-	size_t len;
+	char *state = dvar_path_join(path, DVAR_POINTER_NAME);
+	char *latest = NULL, *cand = NULL, *alt = NULL;
+	dvar_checkpoint_state cs;
 	rc = 0;
 	if (!dindex || !state) {
 		rc = dvar_error_set(DVAR_ENOMEM, "out of memory");
@@ -1140,12 +1023,13 @@ int dvar_tf_locate(const char *path, char **prefix)
 	/* A dvar checkpoint directory, or no state file: not ours to read. */
 	if (dvar_fs_exists(dindex) || !is_file(state))
 		goto done;
-	if (dvar_fs_read_file(state, &text, &len, TF_STATE_MAX)) {
+	if (dvar_checkpoint_state_read(path, &cs)) {
 		dvar_error_clear();
 		goto done;   /* the dvar reader reports what is wrong with it */
 	}
-	if (memchr(text, '\0', len) || !(latest = state_latest(text)))
-		goto done;
+	latest = cs.latest;
+	cs.latest = NULL;
+	dvar_checkpoint_state_clear(&cs);
 	cand = latest[0] == '/' ? strdup(latest) : dvar_path_join(path, latest);
 	if (!cand) {
 		rc = dvar_error_set(DVAR_ENOMEM, "out of memory");
@@ -1181,7 +1065,6 @@ int dvar_tf_locate(const char *path, char **prefix)
 done:
 	free(dindex);
 	free(state);
-	free(text);
 	free(latest);
 	free(cand);
 	free(alt);

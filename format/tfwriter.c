@@ -16,11 +16,9 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -156,30 +154,6 @@ static void drop_last_item(dvar_tf_writer *w)
 
 /* ---------------------------------------------------------------- open */
 
-static uint64_t random_u64(void)
-{
-	uint64_t v;
-	if (getrandom(&v, sizeof v, GRND_NONBLOCK) == (ssize_t)sizeof v)
-		return v;
-	/* No entropy yet: the clock, the process and a counter still make a
-	 * name no other writer of this prefix uses at the same time. */
-	static atomic_uint counter;
-	uint64_t x = (uint64_t)(dvar_now() * 1e9) ^ ((uint64_t)getpid() << 32) ^
-	             atomic_fetch_add(&counter, 1);
-	x ^= x >> 33;
-	x *= 0xff51afd7ed558ccdull;
-	x ^= x >> 33;
-	return x;
-}
-
-/* path + ".tempstate<random u64>", as TensorFlow names its temporary files. */
-static char *temp_name(const char *path)
-{
-	char suffix[40];
-	snprintf(suffix, sizeof(suffix), ".tempstate%llu", (unsigned long long)random_u64());
-	return dvar_tf_concat(path, suffix);
-}
-
 /*
  * Create dir and its missing parents; *made receives the topmost directory
  * that was missing (malloc'ed), NULL when dir existed.
@@ -265,12 +239,15 @@ int dvar_tf_writer_open(dvar_tf_writer **out, const char *prefix)
 	}
 	if ((rc = make_dir(w->dir, &w->made_dir)))
 		goto fail;
-	if (!(w->data_tmp = temp_name(w->data_path)) || !(w->index_tmp = temp_name(w->index_path))) {
-		rc = dvar_error_set(DVAR_ENOMEM, "out of memory");
+	/* dvar's temporary names, not TensorFlow's PREFIX.*.tempstate<N>: nothing
+	 * of TensorFlow reads them, and these name their writer, are swept when
+	 * it is gone, and are hidden from PREFIX.data-* globs. */
+	dvar_tmp_sweep(w->dir);
+	if ((rc = dvar_tmp_name(w->data_path, NULL, &w->data_tmp)) ||
+	    (rc = dvar_tmp_name(w->index_path, NULL, &w->index_tmp)))
 		goto fail;
-	}
 	if ((w->fd = open(w->data_tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666)) < 0) {
-		rc = dvar_error_set_errno(DVAR_EIO, errno, "create '%s'", w->data_tmp);
+		rc = dvar_error_set_errno(DVAR_EIO, errno, "create '%s'", w->data_path);
 		goto fail;
 	}
 	*out = w;
@@ -506,7 +483,7 @@ static int flush_buffer(dvar_tf_writer *w)
 {
 	if (!w->buf_len)
 		return DVAR_OK;
-	int rc = dvar_fs_pwrite_all(w->fd, w->buf, w->buf_len, w->size - w->buf_len, w->data_tmp);
+	int rc = dvar_fs_pwrite_all(w->fd, w->buf, w->buf_len, w->size - w->buf_len, w->data_path);
 	w->buf_len = 0;
 	return rc;
 }
@@ -525,7 +502,7 @@ static int append(dvar_tf_writer *w, const unsigned char *p, size_t len)
 	while (len) {
 		if (!w->buf_len && len >= WRITE_BUFFER) {
 			/* Large pieces go straight to the file. */
-			int rc = dvar_fs_pwrite_all(w->fd, p, len, w->size, w->data_tmp);
+			int rc = dvar_fs_pwrite_all(w->fd, p, len, w->size, w->data_path);
 			if (!rc)
 				w->size += len;
 			return rc;
@@ -731,10 +708,10 @@ static int commit(dvar_tf_writer *w)
 	if ((rc = flush_buffer(w)))
 		return rc;
 	if (fsync(w->fd) != 0)
-		return dvar_error_set_errno(DVAR_EIO, errno, "fsync '%s'", w->data_tmp);
+		return dvar_error_set_errno(DVAR_EIO, errno, "fsync '%s'", w->data_path);
 	if (close(w->fd) != 0) {
 		w->fd = -1;
-		return dvar_error_set_errno(DVAR_EIO, errno, "close '%s'", w->data_tmp);
+		return dvar_error_set_errno(DVAR_EIO, errno, "close '%s'", w->data_path);
 	}
 	w->fd = -1;
 	/* The index builder fsyncs and closes its file. */

@@ -14,8 +14,8 @@
  * directory and encodes its entries; one part, the chief, decodes and checks
  * everyone's entries, writes the index and commits. dvar_writer_open and
  * dvar_writer_commit are the one-part case, whose staging directory is
- * private to the writer (named by pid and a counter) and removed by
- * dvar_writer_free when not committed. A shared staging directory belongs to
+ * private to the writer (a temporary name of this process, format.h) and
+ * removed by dvar_writer_free when not committed. A shared staging directory belongs to
  * no writer: it is renamed into place by the chief or removed by
  * dvar_writer_abort_parts.
  */
@@ -196,24 +196,6 @@ static int normalize_dir(const char *dir, char **out)
 	return DVAR_OK;
 }
 
-/* The staging directory of final_dir for token: the hidden sibling
- * ".<name>.tmp-<token>", so that the rename stays on one file system. */
-static int staging_path(const char *final_dir, const char *token, char **out)
-{
-	char *parent = parent_of(final_dir);
-	const char *slash = strrchr(final_dir, '/');
-	const char *base = slash ? slash + 1 : final_dir;
-	size_t cap = strlen(base) + strlen(token) + 8;
-	char *name = malloc(cap);
-	*out = NULL;
-	if (parent && name) {
-		snprintf(name, cap, ".%s.tmp-%s", base, token);
-		*out = dvar_path_join(parent, name);
-	}
-	free(parent);
-	free(name);
-	return *out ? DVAR_OK : dvar_error_set(DVAR_ENOMEM, "out of memory");
-}
 
 /* The step checkpoint's directory and name under root. */
 static int step_dir(const char *root, int64_t step, char *name, size_t cap, char **dir)
@@ -272,25 +254,27 @@ static int open_dir(dvar_writer **out, const char *dir, const dvar_write_options
 		rc = dvar_error_set(DVAR_EEXISTS, "checkpoint '%s' already exists", w->final_dir);
 		goto fail;
 	}
-	if (token) {
+	if (token)
 		snprintf(w->token, sizeof(w->token), "%s", token);
-	} else {
-		static atomic_uint counter;
-		snprintf(w->token, sizeof(w->token), "%ld-%u", (long)getpid(), atomic_fetch_add(&counter, 1));
-	}
+	else
+		dvar_tmp_tag(w->token);
 	char *parent = parent_of(w->final_dir);
 	if (!parent) {
 		rc = dvar_error_set(DVAR_ENOMEM, "out of memory");
 		goto fail;
 	}
 	rc = dvar_fs_mkdirs(parent);
+	/* What writers that died left here goes before this one adds its own. */
+	if (!rc)
+		dvar_tmp_sweep(parent);
 	free(parent);
+	/* The staging directory: a hidden sibling, so the rename stays on one file system. */
 	char *staging = NULL;
-	if (rc || (rc = staging_path(w->final_dir, w->token, &staging)))
+	if (rc || (rc = dvar_tmp_name(w->final_dir, w->token, &staging)))
 		goto fail;
 	/* Parts race to create the shared directory: whoever loses finds it there. */
 	if (mkdir(staging, 0777) != 0 && (!w->shared || errno != EEXIST || !dvar_fs_is_dir(staging))) {
-		rc = dvar_error_set_errno(DVAR_EIO, errno, "create directory '%s'", staging);
+		rc = dvar_error_set_errno(DVAR_EIO, errno, "create checkpoint '%s'", w->final_dir);
 		free(staging);
 		goto fail;
 	}
@@ -303,11 +287,12 @@ static int open_dir(dvar_writer **out, const char *dir, const dvar_write_options
 	}
 	if ((w->fd = open(w->data_path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666)) < 0) {
 		if (errno == EEXIST)
-			rc = dvar_error_set(DVAR_EEXISTS, "'%s' exists: part %u of this save was opened "
+			rc = dvar_error_set(DVAR_EEXISTS, "checkpoint '%s': part %u of this save was opened "
 			                    "already, or a failed save with token '%s' was not aborted",
-			                    w->data_path, w->part, w->token);
+			                    w->final_dir, w->part, w->token);
 		else
-			rc = dvar_error_set_errno(DVAR_EIO, errno, "create '%s'", w->data_path);
+			rc = dvar_error_set_errno(DVAR_EIO, errno, "create checkpoint '%s' part %u",
+			                          w->final_dir, w->part);
 		goto fail;
 	}
 	if (!(w->opts.flags & DVAR_WRITE_NO_DIRECT_IO))
@@ -374,7 +359,7 @@ static int abort_dir(const char *dir, const char *token)
 	if (!rc)
 		rc = normalize_dir(dir, &final);
 	if (!rc)
-		rc = staging_path(final, token, &staging);
+		rc = dvar_tmp_name(final, token, &staging);
 	if (!rc)
 		rc = dvar_fs_rmtree(staging);
 	free(final);
@@ -630,7 +615,8 @@ static int open_slice(dvar_writer *w, const char *name, int dtype, const dvar_sh
 			return dvar_error_set(DVAR_ESHAPE, "variable '%s' was added as %s %s, now as %s %s",
 			                      name, dvar_dtype_name(v->dtype), s1, dvar_dtype_name(dtype), s2);
 		}
-		for (size_t j = 0; j < v->num_slices; j++) {
+		int after = v->rows_end >= 0 && sl.rank > 0 && sl.start[0] >= v->rows_end;
+		for (size_t j = 0; !after && j < v->num_slices; j++) {
 			dvar_slice x;
 			uint64_t n = 0;
 			if (dvar_slice_intersect(&v->slices[j].slice, &sl, &x) == 1 &&
@@ -663,6 +649,10 @@ static int open_slice(dvar_writer *w, const char *name, int dtype, const dvar_sh
 		w->num_vars++;
 	}
 
+	if (v->num_slices == 0 || (v->rows_end >= 0 && sl.rank > 0 && sl.start[0] >= v->rows_end))
+		v->rows_end = sl.rank > 0 ? sl.start[0] + sl.length[0] : -1;
+	else
+		v->rows_end = -1;
 	dvar_slice_entry *grown = realloc(v->slices, (v->num_slices + 1) * sizeof(*grown));
 	if (!grown)
 		return dvar_error_set(DVAR_ENOMEM, "out of memory");

@@ -9,8 +9,8 @@ set -euo pipefail
 # make is only a recommendation of cmake, and recommendations are not
 # installed. libsnappy-dev is not a dependency of libleveldb-dev, yet
 # LevelDB's CMake package links -lsnappy.
-packages=(cmake make g++ pkg-config libleveldb-dev libsnappy-dev liblz4-dev libopenmpi-dev
-	openmpi-bin libcmocka-dev python3-numpy)
+packages=(cmake make g++ pkg-config libleveldb-dev libsnappy-dev liblz4-dev zlib1g-dev
+	libopenmpi-dev openmpi-bin libcmocka-dev python3-numpy)
 
 if ! command -v dpkg >/dev/null 2>&1; then
 	echo "install-deps: not a Debian-based system; install these (or their equivalents):" >&2

@@ -190,15 +190,15 @@ int dvar_store__agree(dvar_strategy *s, int code, const void *payload, size_t le
 
 const char *dvar_store__sync_name(int sync)
 {
-	return sync == DVAR_SYNC_ON_READ ? "ON_READ" : "ON_WRITE";
+	return sync == DVAR_SYNC_ON_READ ? DVAR_SYNC_NAME_ON_READ : DVAR_SYNC_NAME_ON_WRITE;
 }
 
 const char *dvar_store__agg_name(int agg)
 {
 	switch (agg) {
-	case DVAR_AGG_SUM: return "SUM";
-	case DVAR_AGG_MEAN: return "MEAN";
-	case DVAR_AGG_ONLY_FIRST_REPLICA: return "ONLY_FIRST_REPLICA";
-	default: return "NONE";
+	case DVAR_AGG_SUM: return DVAR_AGG_NAME_SUM;
+	case DVAR_AGG_MEAN: return DVAR_AGG_NAME_MEAN;
+	case DVAR_AGG_ONLY_FIRST_REPLICA: return DVAR_AGG_NAME_ONLY_FIRST_REPLICA;
+	default: return DVAR_AGG_NAME_NONE;
 	}
 }

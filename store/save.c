@@ -31,17 +31,20 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <unistd.h>
 
 #include "core/core.h"
+#include "format/format.h"
 #include "runtime/device.h"
 #include "runtime/input_state.h"
 #include "runtime/runtime.h"
 #include "store/store.h"
 
 #define NAME_MAX_BYTES 1024
-#define TOKEN_BYTES 16
+/* The save's token is its chief's temporary-name tag (<host>-<pid>-<random>,
+ * format.h): when the chief dies, the next writer into the root removes the
+ * staging directory. */
+#define TOKEN_BYTES DVAR_TMP_TAG_MAX
 /* The replica check compares checksums of pieces this large, so a mismatch
  * can be located; the copy into staging moves cache-sized blocks, each
  * checksummed while it is still in cache. */
@@ -50,8 +53,8 @@
 
 enum { KIND_MIRRORED, KIND_SYNC_ON_READ, KIND_PLAIN, KIND_SHARDED, KIND_ITERATOR };
 
-static const char *const kind_names[] = { "mirrored", "sync_on_read", "plain", "sharded",
-	                                   "iterator" };
+static const char *const kind_names[] = { DVAR_KIND_MIRRORED, DVAR_KIND_SYNC_ON_READ,
+	                                   DVAR_KIND_PLAIN, DVAR_KIND_SHARDED, DVAR_KIND_ITERATOR };
 
 /* One thing to save: a distributed variable, a plain tensor, or one shard
  * of a sharded variable (the shards of one variable share its name). */
@@ -92,7 +95,7 @@ typedef struct {
 	int async;
 	size_t n;
 	item *items;
-	char token[2 * TOKEN_BYTES + 1];
+	char token[TOKEN_BYTES + 1];
 	dvar_write_options wopts;
 	dvar_writer *w;
 
@@ -407,33 +410,14 @@ static uint64_t digest(const item *it)
 	return fnv(h, it->name, strlen(it->name) + 1);
 }
 
-static void make_token(char *token)
-{
-	unsigned char r[TOKEN_BYTES];
-	ssize_t got = getrandom(r, sizeof r, GRND_NONBLOCK);
-
-	if (got != (ssize_t)sizeof r) {
-		/* No entropy yet: the clock, the process and a stack address still
-		 * make a token no other save of this root uses. */
-		uint64_t a = (uint64_t)(dvar_now() * 1e9), b = (uint64_t)getpid() ^ (uint64_t)(uintptr_t)r;
-
-		a = fnv(0xcbf29ce484222325ull, &a, sizeof a);
-		b = fnv(a, &b, sizeof b);
-		memcpy(r, &a, 8);
-		memcpy(r + 8, &b, 8);
-	}
-	for (int i = 0; i < TOKEN_BYTES; i++)
-		snprintf(token + 2 * i, 3, "%02x", r[i]);
-}
-
-/* Round 1's payload: the token, the flags, the item count, then the digests. */
-#define LIST_HEAD (2 * TOKEN_BYTES + 16)
+/* Round 1's payload: the token (NUL-padded), the flags, the item count, then the digests. */
+#define LIST_HEAD (TOKEN_BYTES + 16)
 
 static int compare_lists(const save_job *j, const unsigned char *all, const size_t *offs)
 {
 	for (int w = 1; w < j->W; w++) {
-		const unsigned char *a = all + offs[0] + 2 * TOKEN_BYTES;
-		const unsigned char *b = all + offs[w] + 2 * TOKEN_BYTES;
+		const unsigned char *a = all + offs[0] + TOKEN_BYTES;
+		const unsigned char *b = all + offs[w] + TOKEN_BYTES;
 		uint64_t fa, fb, na, nb;
 
 		memcpy(&fa, a, 8);
@@ -478,9 +462,10 @@ static int agree_on_list(save_job *j, int rc)
 	if (rc == DVAR_OK && (!mine || !offs))
 		rc = dvar_error_set(DVAR_ENOMEM, "out of memory");
 	if (rc == DVAR_OK) {
-		make_token(j->token);
-		memcpy(mine, j->token, 2 * TOKEN_BYTES);
-		memcpy(mine + 2 * TOKEN_BYTES, head, 16);
+		memset(j->token, 0, sizeof j->token);
+		dvar_tmp_tag(j->token);
+		memcpy(mine, j->token, TOKEN_BYTES);
+		memcpy(mine + TOKEN_BYTES, head, 16);
 		for (size_t i = 0; i < j->n; i++) {
 			uint64_t h = digest(&j->items[i]);
 
@@ -493,8 +478,8 @@ static int agree_on_list(save_job *j, int rc)
 		rc = dvar_error_set(DVAR_ENOMEM, "out of memory");
 	if (rc == DVAR_OK) {
 		if (!every_worker(j))
-			memcpy(j->token, all, 2 * TOKEN_BYTES);
-		j->token[2 * TOKEN_BYTES] = '\0';
+			memcpy(j->token, all, TOKEN_BYTES);
+		j->token[TOKEN_BYTES] = '\0';
 		/* Every worker compares every list with worker 0's: the same verdict everywhere. */
 		rc = compare_lists(j, all, offs);
 	}
@@ -1001,7 +986,7 @@ static int add_item(dvar_writer *w, const item *it)
 		snprintf(count, sizeof count, "%lld", (long long)it->nshards);
 		rc = dvar_writer_set_attr(w, it->name, DVAR_SHARDING_ATTR_SHARDS, count);
 		if (rc == DVAR_OK)
-			rc = dvar_writer_set_attr(w, it->name, DVAR_SHARDING_ATTR_LAYOUT, "div");
+			rc = dvar_writer_set_attr(w, it->name, DVAR_SHARDING_ATTR_LAYOUT, DVAR_LAYOUT_DIV);
 	}
 	if (rc == DVAR_OK && it->v)
 		rc = dvar_writer_set_attr(w, it->name, DVAR_STORE_ATTR_SYNCHRONIZATION,
@@ -1013,7 +998,8 @@ static int add_item(dvar_writer *w, const item *it)
 		rc = dvar_writer_set_attr(w, it->name, DVAR_STORE_ATTR_ITERATOR_COLUMNS,
 		                          DVAR_INPUT__STATE_NAMES);
 	if (rc == DVAR_OK && it->mismatch)
-		rc = dvar_writer_set_attr(w, it->name, DVAR_STORE_ATTR_REPLICA_CHECK, "mismatch");
+		rc = dvar_writer_set_attr(w, it->name, DVAR_STORE_ATTR_REPLICA_CHECK,
+		                          DVAR_REPLICA_CHECK_MISMATCH);
 	return rc;
 }
 

@@ -49,7 +49,8 @@ typedef enum {
 	DVAR_ECOMM = -10,    /**< a collective or a peer worker failed */
 	DVAR_EDEVICE = -11,  /**< an accelerator call failed */
 	DVAR_ENOTSUPP = -12, /**< the feature is not compiled in or not supported */
-	DVAR_EMISMATCH = -13 /**< copies that must be equal differ (mirrored replicas) */
+	DVAR_EMISMATCH = -13, /**< copies that must be equal differ (mirrored replicas) */
+	DVAR_ECANCELED = -14  /**< the caller cancelled the operation (dvar_callbacks.cancel) */
 } dvar_code;
 
 /** The last error on this thread. message is never NULL ("" after success). */
@@ -76,7 +77,8 @@ DVAR_EXTERN(const char *) dvar_version(void);
 /**
  * Progress of a long operation: done and total are in bytes (total is 0 when
  * not known in advance, as for a writer). Called from the thread that started
- * the operation, at most about six times per second.
+ * the operation: by writers at most about six times per second, by the
+ * offline operations (dvar/restore.h) after every piece they copy.
  */
 typedef void (*dvar_progress_fn)(void *userdata, uint64_t done, uint64_t total);
 

@@ -134,6 +134,29 @@ DVAR_EXTERN(int) dvar_slice_copy(int dtype, const dvar_slice *region,
                                  void *dst, const dvar_slice *dst_slice);
 
 /**
+ * Walks a slice in row-major pieces of at most max_elems elements, so that a
+ * variable of any size is read (or written) with bounded memory: the dims
+ * before `axis` advance one index at a time, `axis` in runs, the dims after
+ * it whole. Concatenated, the pieces are the slice in row-major order; each
+ * is itself a slice (one dvar_reader_read). The fields are the walk's own.
+ */
+typedef struct {
+	dvar_slice region;
+	int axis;
+	int64_t run;
+	int64_t idx[DVAR_MAX_RANK];
+	int done;
+} dvar_slice_walk;
+
+/** Start walking region in pieces of at most max_elems (>= 1) elements. */
+DVAR_EXTERN(void) dvar_slice_walk_init(dvar_slice_walk *w, const dvar_slice *region,
+                                       uint64_t max_elems);
+
+/** The next piece and its element count: 1, or 0 when the walk is over. */
+DVAR_EXTERN(int) dvar_slice_walk_next(dvar_slice_walk *w, dvar_slice *piece,
+                                      uint64_t *num_elems);
+
+/**
  * CRC-32C (Castagnoli) of len bytes at buf, continuing from crc (0 to
  * start): the checksum dvar keeps of every chunk, for programs that compare
  * values with what a checkpoint holds. SSE4.2 when the CPU has it.

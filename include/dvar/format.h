@@ -61,7 +61,11 @@ typedef struct dvar_writer dvar_writer;
 
 /**
  * Start writing a checkpoint that will appear at dir when committed. Nothing
- * appears at dir before dvar_writer_commit succeeds.
+ * appears at dir before dvar_writer_commit succeeds: the files go to a
+ * temporary sibling of dir named for this process (docs/FORMAT.md,
+ * "Temporary names"), removed again when the writer is freed uncommitted.
+ * Opening removes the temporary files and directories that writers which
+ * died on this host left next to dir.
  * @param out   the writer; the caller frees it with dvar_writer_free
  * @param dir   the checkpoint directory; DVAR_EEXISTS if it exists already
  * @param opts  NULL for defaults
@@ -180,8 +184,12 @@ DVAR_EXTERN(int) dvar_writer_set_attr(dvar_writer *w, const char *name, const ch
 /**
  * Start writing part `part` of `nparts` of the checkpoint that will appear at
  * dir. Every part writes its own data file `data-<part>-of-<nparts>` into one
- * staging directory, the hidden sibling `.<name>.tmp-<token>` of dir, which
- * the first part to get there creates. All parts of one save pass the same
+ * staging directory, the hidden sibling `.<name>.dvartmp-<token>` of dir,
+ * which the first part to get there creates. A token of the form
+ * `<host>-<pid>-<random>` (docs/FORMAT.md, "Temporary names"; dvar_save's
+ * are its chief's) lets the next writer remove the staging directory once
+ * that process is gone; with any other token only dvar_writer_abort_parts
+ * removes it. All parts of one save pass the same
  * dir, token and nparts; the token (e.g. random hex agreed on by the
  * processes) must be new for every save. Slices added are recorded with file
  * id = part.
@@ -426,13 +434,62 @@ typedef struct {
 typedef struct dvar_root_list dvar_root_list;
 
 /**
+ * What a writer left under a root when it died before committing: a hidden
+ * temporary file or directory named by docs/FORMAT.md's "Temporary names"
+ * rule. The next writer into the root removes those whose writer is gone
+ * (this host, process no longer running). Strings are borrowed from the
+ * listing.
+ */
+typedef struct {
+	const char *name;   /**< its name in the root (".ckpt-200.dvartmp-node1-4242-...") */
+	const char *target; /**< what it would have become ("ckpt-200", "checkpoint") */
+	const char *host;   /**< its writer's host; "" when its name does not say */
+	int64_t pid;        /**< its writer's process id; 0 when its name does not say */
+	uint64_t bytes;     /**< bytes of its files (a directory: the files in it) */
+	int writer_alive;   /**< 1 runs, 0 gone (the next writer removes it), -1 cannot tell
+	                         (another host, or a multi-part save's own token) */
+} dvar_root_leftover;
+
+/**
  * List the committed checkpoints under root (directories holding an index),
- * in step order, marked with what the pointer file says.
+ * in step order, marked with what the pointer file says, and the leftovers
+ * of writers that did not commit (dvar_root_list_leftover), in name order.
  */
 DVAR_EXTERN(int) dvar_root_list_open(dvar_root_list **out, const char *root);
 DVAR_EXTERN(size_t) dvar_root_list_count(const dvar_root_list *l);
 DVAR_EXTERN(int) dvar_root_list_get(const dvar_root_list *l, size_t i, dvar_root_entry *out);
+DVAR_EXTERN(size_t) dvar_root_list_num_leftovers(const dvar_root_list *l);
+DVAR_EXTERN(int) dvar_root_list_leftover(const dvar_root_list *l, size_t i,
+                                         dvar_root_leftover *out);
 DVAR_EXTERN(void) dvar_root_list_free(dvar_root_list *l);
+
+/**
+ * TensorFlow's `checkpoint` state file (CheckpointState in text format),
+ * which tf.train.CheckpointManager and tf.train.Saver write next to their
+ * checkpoints, and which a dvar root's pointer file is too. Paths are as
+ * written: a relative one is relative to the directory holding the file.
+ */
+typedef struct {
+	char *latest;   /**< model_checkpoint_path: never NULL or empty once read */
+	char **all;     /**< all_model_checkpoint_paths, in order */
+	size_t num_all;
+} dvar_checkpoint_state;
+
+/**
+ * Read dir/checkpoint, accepting what TensorFlow's text-format parser
+ * accepts for a CheckpointState: fields in any order (the last
+ * model_checkpoint_path wins), `#` comments, any whitespace, ',' or ';'
+ * after a value, list values ([...]) of the repeated fields, strings in
+ * either quote with C escapes and adjacent strings joined; the timestamps
+ * are parsed and ignored. The caller frees *out with
+ * dvar_checkpoint_state_clear.
+ * @return DVAR_ENOTFOUND when dir has no such file; DVAR_ECORRUPT naming
+ *         the file and line for what TensorFlow would refuse (an unknown
+ *         field, a malformed value) and for a state without
+ *         model_checkpoint_path; DVAR_EIO. On failure *out is empty.
+ */
+DVAR_EXTERN(int) dvar_checkpoint_state_read(const char *dir, dvar_checkpoint_state *out);
+DVAR_EXTERN(void) dvar_checkpoint_state_clear(dvar_checkpoint_state *s);
 
 /* ------------------------- TensorFlow checkpoints (TensorBundle) - writing */
 
@@ -458,8 +515,9 @@ DVAR_EXTERN(void) dvar_root_list_free(dvar_root_list *l);
  * entries (a few dozen bytes per key and per slice), whatever the tensors'
  * sizes, and checksums the bytes as they come. Nothing appears at PREFIX
  * before dvar_tf_writer_commit: the files are written under temporary
- * names (PREFIX.data-00000-of-00001.tempstate<N>, PREFIX.index.tempstate<N>)
- * and renamed into place, the index last, as TensorFlow does.
+ * names (docs/FORMAT.md, "Temporary names") and renamed into place, the
+ * index last, as TensorFlow does; opening a writer removes the leftovers
+ * of dead writers in the bundle's directory.
  *
  * Keys are TensorFlow's checkpoint keys ("dense/kernel/.ATTRIBUTES/
  * VARIABLE_VALUE", "global_step"): any non-empty NUL-free string (the

@@ -14,6 +14,7 @@
 #ifndef DVAR_SHARDING_H
 #define DVAR_SHARDING_H
 
+#include "attrs.h"
 #include "common.h"
 #include "core.h"
 #include "runtime.h"
@@ -23,11 +24,10 @@ DVAR_BEGIN_DECL
 /*
  * What a checkpoint records of a sharded variable, besides its slices (one
  * per shard, in the index): the attribute "kind" (DVAR_STORE_ATTR_KIND) is
- * "sharded", and these two. A one-shard variable is saved as a plain entry
+ * "sharded", and DVAR_SHARDING_ATTR_SHARDS and DVAR_SHARDING_ATTR_LAYOUT
+ * (dvar/attrs.h). A one-shard variable is saved as a plain entry
  * without them.
  */
-#define DVAR_SHARDING_ATTR_SHARDS "shards" /**< the shard count, decimal: "4" */
-#define DVAR_SHARDING_ATTR_LAYOUT "layout" /**< "div": shard i holds rows [offsets[i], offsets[i+1]) */
 
 /* ------------------------------------------------------------ partitioners */
 

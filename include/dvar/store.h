@@ -22,26 +22,18 @@
 #ifndef DVAR_STORE_H
 #define DVAR_STORE_H
 
+#include "attrs.h"
 #include "common.h"
 #include "core.h"
 #include "format.h"
 #include "input.h"
+#include "restore.h"
 #include "runtime.h"
 #include "sharding.h"
 
 DVAR_BEGIN_DECL
 
-/* Attributes dvar_save records on every saved variable (dvar_reader_var_attr). */
-#define DVAR_STORE_ATTR_KIND "kind"                       /**< "mirrored", "sync_on_read", "plain" */
-#define DVAR_STORE_ATTR_SYNCHRONIZATION "synchronization" /**< "ON_WRITE", "ON_READ" */
-#define DVAR_STORE_ATTR_AGGREGATION "aggregation" /**< "NONE", "SUM", "MEAN", "ONLY_FIRST_REPLICA" */
-/** Set to "mismatch" when mirrored replicas differed and the primary was
- *  saved anyway (DVAR_SAVE_ALLOW_REPLICA_MISMATCH); absent otherwise. */
-#define DVAR_STORE_ATTR_REPLICA_CHECK "replica_check"
-/** On an input iterator's entry (kind "iterator"): the names of its int64
- *  table's columns, comma-separated (docs/INPUT.md, "Iterators in
- *  checkpoints"). */
-#define DVAR_STORE_ATTR_ITERATOR_COLUMNS "columns"
+/* The attributes dvar_save records on every saved variable: dvar/attrs.h. */
 
 /**
  * A plain (non-distributed) named tensor saved next to the variables, such
@@ -49,7 +41,7 @@ DVAR_BEGIN_DECL
  * workers may pass NULL data. Restoring writes the saved value into data on
  * every worker.
  */
-typedef struct {
+typedef struct dvar_store_tensor {
 	const char *name; /**< the checkpoint name: 1..1024 bytes */
 	int dtype;        /**< a dvar_dtype */
 	dvar_shape shape;
@@ -161,50 +153,7 @@ DVAR_EXTERN(int) dvar_save_wait(dvar_strategy *s);
  */
 DVAR_EXTERN(int) dvar_save_poll(dvar_strategy *s, int *done);
 
-typedef struct {
-	unsigned int version;            /**< DVAR_RESTORE_OPTIONS_VERSION */
-	const dvar_read_options *read;   /**< NULL for the defaults */
-	const dvar_store_tensor *tensors; /**< plain tensors to fill; may be NULL */
-	size_t num_tensors;
-	/** Sharded variables to fill: each worker reads only the rows of its own
-	 *  shards, from whatever slices were saved (any shard count, or a plain
-	 *  entry). May be NULL. */
-	dvar_sharded_variable *const *sharded;
-	size_t num_sharded;
-	/** Input iterators to put back where the checkpoint's were, by name:
-	 *  exactly on the same topology, at the same number of global-batch
-	 *  steps on another one (docs/INPUT.md); checked with everything else
-	 *  before anything changes. May be NULL. */
-	dvar_input_iterator *const *iterators;
-	size_t num_iterators;
-} dvar_restore_options;
-
-#define DVAR_RESTORE_OPTIONS_VERSION 1
-#define DVAR_RESTORE_OPTIONS_INIT { .version = DVAR_RESTORE_OPTIONS_VERSION }
-
-/**
- * Collective: restore vars[0..n) (and opts->tensors) from a checkpoint, by
- * name. path is a checkpoint directory, or a root (its latest checkpoint, as
- * the chief resolves it, so every worker reads the same one).
- *
- * What each variable receives depends on its own kind, not on what was
- * saved: ON_WRITE: the value on every replica; ON_READ SUM: the value split
- * over the N replicas so that the cross-replica read gives it back (floats:
- * value / N as TensorFlow; integers: exactly, where TensorFlow truncates);
- * ON_READ MEAN, ONLY_FIRST_REPLICA and NONE: the value on every replica.
- *
- * Before any variable changes, every worker checks that the checkpoint holds
- * every name (DVAR_ENOTFOUND) with the variable's dtype and shape
- * (DVAR_ESHAPE); a failure on any worker fails the call on all of them with
- * nothing changed. A read failure after that (a corrupt chunk) leaves the
- * variables restored before it changed.
- *
- * Restoring marks nothing: an open function scope stays saveable (TF's
- * restore ops assign the components directly).
- * @param opts NULL for defaults
- */
-DVAR_EXTERN(int) dvar_restore(dvar_strategy *s, const char *path, dvar_variable *const *vars,
-                              size_t n, const dvar_restore_options *opts);
+/* dvar_restore and its options: dvar/restore.h. */
 
 /* ------------------------------------------------------------ checkpoint manager */
 

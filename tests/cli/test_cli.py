@@ -424,7 +424,8 @@ class ImportTest(CliCase, HelperMixin):
     def test_rejects_bad_npy_files(self):
         f4 = np.zeros(6, np.float32).tobytes()
         cases = [
-            (None, b"", b"PK\x03\x04 not numpy at all", "not a .npy file (bad magic)"),
+            (None, b"", b"GIF89a not numpy at all",
+             "not a .npy, .npz or .safetensors file (bad magic)"),
             (None, b"", b"\x93NUMPY\x01\x00\x76\x00{'descr': '<f4',", "truncated .npy header"),
             (None, b"", b"\x93NUMPY\x01", "truncated .npy header"),
             (None, b"", b"\x93NUMPY\x09\x00\x10\x00{}              ",
@@ -477,7 +478,7 @@ class ImportTest(CliCase, HelperMixin):
         a = self.save_npy(np.zeros(2))
         ckpt = self.path("ckpt")
         for args, message in [
-                (["noequals"], "'noequals' is not NAME=FILE.npy"),
+                (["noequals"], "'noequals' is not NAME=FILE.npy, FILE.npz or FILE.safetensors"),
                 (["=" + a], "is not NAME=FILE.npy"),
                 (["w="], "'w=' is not NAME=FILE.npy"),
                 (["w=" + a, "--chunk-size", "1000"], "--chunk-size must be a multiple of 4096"),
@@ -538,8 +539,8 @@ class ImportTest(CliCase, HelperMixin):
         ckpt = self.path("ckpt")
         _, err = self.import_arrays(ckpt, {"a": a, "b": b, "s": s}, "--shards", "a=4",
                                     "--shards", "b=8", "--shards", "s=2")
-        self.assertIn("dvar import: note: 'b' has 7 rows: 7 shards, not 8\n", err)
-        self.assertIn("dvar import: note: 's' is a scalar: 1 shard, not 2\n", err)
+        self.assertIn("dvar import: note: variable 'b' has 7 rows: 7 shards, not 8\n", err)
+        self.assertIn("dvar import: note: variable 's' is a scalar: 1 shard, not 2\n", err)
         layout = self.layout(ckpt)
         self.assertEqual(layout["a"][2], [((0, 0), (3, 3)), ((3, 0), (3, 3)), ((6, 0), (2, 3)),
                                           ((8, 0), (2, 3))])
@@ -560,8 +561,12 @@ class ImportTest(CliCase, HelperMixin):
     def test_shards_errors(self):
         npy = self.save_npy(np.zeros((4, 2)))
         out = self.path("out")
+        # Only the files say which arrays there are: an unknown NAME fails after reading them.
+        _, err = self.dvar("import", out, "a=" + npy, "--shards", "b=2", code=3)
+        self.assertEqual(err, "dvar import: shard count for 'b': no array of that name is "
+                              "imported\n")
+        self.no_leftovers(os.path.dirname(out), os.path.basename(out))
         self.assert_usage_errors("import", [out, "a=" + npy], out, [
-            (["--shards", "b=2"], "--shards: no array named 'b' is imported"),
             (["--shards", "a=0"], "--shards 'a=0': N must be at least 1"),
             (["--shards", "a=x"], "--shards 'a=x' is not NAME=N"),
             (["--shards", "a=2x"], "--shards 'a=2x': N must be a whole number"),
@@ -907,7 +912,7 @@ class InspectTest(CliCase):
         ])
         self.assertEqual([os.path.basename(f) for f in self.data_files(ckpt)],
                          ["data-00000-of-00002", "data-00001-of-00002"])
-        self.assertFalse(glob.glob(self.path(".parts.tmp-*")))
+        self.assertFalse(glob.glob(self.path(".parts.dvartmp-*")))
         doc = self.inspect_json(ckpt)
         v = {x["name"]: x for x in doc["variables"]}
         self.assertEqual(v["v"]["attributes"], sharded)
@@ -1322,9 +1327,50 @@ class LsTest(CliCase):
         self.assertIn("no checkpoints", err)
         doc = json.loads(self.dvar("ls", self.path("empty"), "--json")[0])
         self.assertEqual(doc["checkpoints"], [])
+        self.assertEqual(doc["leftovers"], [])
         _, err = self.dvar("ls", self.path("nope"), code=3)
         self.assertTrue(err.startswith("dvar ls: "), err)
         self.assertIn("nope", err)
+
+    def test_leftovers(self):
+        # What writers left behind (docs/FORMAT.md, "Temporary names"): listed with
+        # size and writer; the next writer removes only those whose writer is gone.
+        root = self.path("root")
+        self.import_arrays(root, {"w": np.zeros(4, np.float32)}, "--step", 1)
+        host = re.sub(r"[^A-Za-z0-9_-]", "_", os.uname().nodename)[:32]
+        gone = subprocess.Popen(["true"])
+        gone.wait()
+        names = {"ckpt-2": "%s-%d-aaaaaaaaaaaa" % (host, gone.pid),
+                 "ckpt-3": "%s-%d-bbbbbbbbbbbb" % (host, os.getpid()),
+                 "ckpt-4": "x%s-1-cccccccccccc" % host[:30],
+                 "ckpt-5": "a1b2"}
+        for target, tag in names.items():
+            d = os.path.join(root, ".%s.dvartmp-%s" % (target, tag))
+            os.mkdir(d)
+            with open(os.path.join(d, "data-00000-of-00001"), "wb") as f:
+                f.write(b"\0" * 100)
+        out, err = self.dvar("ls", root)
+        self.assertEqual(err, "")
+        lines = out.splitlines()
+        self.assertEqual(lines[1].split()[:2], ["1", "ckpt-1"])
+        self.assertEqual(lines[2], "")
+        self.assertEqual(lines[3].split(), ["LEFTOVER", "SIZE", "WRITER"])
+        self.assertEqual(lines[4].split(), [".ckpt-2.dvartmp-" + names["ckpt-2"], "100", "B",
+                                            "gone", "(pid", "%d" % gone.pid, "on", host + ")"])
+        self.assertEqual(lines[5].split()[3], "running")
+        self.assertEqual(lines[6].split()[3], "unknown")
+        self.assertEqual(lines[7].split()[1:], ["100", "B", "unknown"])
+        doc = json.loads(self.dvar("ls", root, "--json")[0])
+        self.assertEqual([(l["target"], l["bytes"], l["writer"]) for l in doc["leftovers"]],
+                         [("ckpt-2", 100, "gone"), ("ckpt-3", 100, "running"),
+                          ("ckpt-4", 100, "unknown"), ("ckpt-5", 100, "unknown")])
+        self.assertEqual((doc["leftovers"][0]["host"], doc["leftovers"][0]["pid"]),
+                         (host, gone.pid))
+        self.assertEqual((doc["leftovers"][3]["host"], doc["leftovers"][3]["pid"]), (None, None))
+        self.import_arrays(root, {"w": np.zeros(4, np.float32)}, "--step", 6)
+        doc = json.loads(self.dvar("ls", root, "--json")[0])
+        self.assertEqual([l["target"] for l in doc["leftovers"]], ["ckpt-3", "ckpt-4", "ckpt-5"])
+        self.assertEqual([c["name"] for c in doc["checkpoints"]], ["ckpt-1", "ckpt-6"])
 
 
 # ---------------------------------------------------------------- reshard
@@ -1367,9 +1413,9 @@ class ReshardTest(CliCase, HelperMixin):
                 # Tiny pieces (a few elements, less than a row) now and then.
                 env = {"DVAR_CLI_PIECE_BYTES": "12"} if (n + m) % 3 == 0 else None
                 if m % 2:
-                    # --var reshards any variable, sharded or not.
-                    opts = [x for k in arrays for x in ("--var", "%s=%d" % (k, m))]
-                    want = {k: m for k in arrays}
+                    # --var reshards any variable, sharded or not, into at most its rows.
+                    want = {k: min(m, AWKWARD[k][0]) for k in arrays}
+                    opts = [x for k in arrays for x in ("--var", "%s=%d" % (k, want[k]))]
                 else:
                     # --shards reshards the sharded ones; plain ones (1 shard) stay plain.
                     opts = ["--shards", m]
@@ -1469,8 +1515,16 @@ class ReshardTest(CliCase, HelperMixin):
         src = self.path("src")
         self.import_arrays(src, {"w": w, "s": s})
         dst = self.path("dst")
-        _, err = self.dvar("reshard", src, dst, "--var", "w=4", "--var", "s=3")
-        self.assertEqual(err, "dvar reshard: note: variable 's' is a scalar: 1 shard, not 3\n")
+        # Named, more shards than rows is a mistake: refused, nothing written.
+        _, err = self.dvar("reshard", src, dst, "--var", "w=4", "--var", "s=3", code=3)
+        self.assertEqual(err, "dvar reshard: variable 's' has 1 row (a scalar): it cannot be cut "
+                              "into 3 shards\n")
+        _, err = self.dvar("reshard", src, dst, "--var", "w=11", code=3)
+        self.assertEqual(err, "dvar reshard: variable 'w' has 10 rows: it cannot be cut into 11 "
+                              "shards\n")
+        self.no_leftovers(self.dir, "dst")
+        _, err = self.dvar("reshard", src, dst, "--var", "w=4", "--var", "s=1")
+        self.assertEqual(err, "")
         layout = self.layout(dst)
         self.assertEqual(layout["w"][2], [((0, 0), (3, 3)), ((3, 0), (3, 3)), ((6, 0), (2, 3)),
                                           ((8, 0), (2, 3))])
@@ -1536,13 +1590,14 @@ class ReshardTest(CliCase, HelperMixin):
         self.assertIn("bogus", err)
         # An unknown --var: nothing is written.
         _, err = self.dvar("reshard", src, out, "--var", "nope=2", code=3)
-        self.assertEqual(err, "dvar reshard: --var: variable 'nope' not found in checkpoint "
+        self.assertEqual(err, "dvar reshard: variable 'nope' not found in checkpoint "
                               "'%s'\n" % src)
         self.no_leftovers(self.dir, "out")
         # OUT exists: refused, untouched.
         os.mkdir(out)
         _, err = self.dvar("reshard", src, out, "--shards", "3", code=3)
-        self.assertEqual(err, "dvar reshard: '%s' already exists; give a new directory for OUT\n"
+        self.assertEqual(err, "dvar reshard: '%s' already exists; give a new directory for the "
+                              "resharded checkpoint\n"
                          % out)
         self.assertEqual(os.listdir(out), [])
         os.rmdir(out)
@@ -1741,6 +1796,59 @@ class ExportTest(CliCase, HelperMixin):
         self.assertEqual(sorted(os.listdir(self.dir)), sorted(
             [f for f in os.listdir(self.dir) if not f.startswith("model.safetensors.tmp")]))
 
+    def test_npy_directory(self):
+        src, expect = self.make_source()
+        out = self.path("arrays")
+        _, err = self.dvar("export", src, out, "--format", "npy", env={"DVAR_CLI_PIECE_BYTES": "24"})
+        self.assertIn("dvar export: note: 'model/bfloat16' is bfloat16, which numpy lacks: "
+                      "written as float32 (exactly)\n", err)
+        with open(os.path.join(out, "manifest.json")) as f:
+            manifest = json.load(f)
+        self.assertEqual((manifest["format"], manifest["version"]), ("dvar-npy", 1))
+        self.assertEqual(sorted(manifest["variables"]), sorted(expect))
+        self.assertEqual(manifest["variables"]["opt/m/emb"]["file"], "opt__m__emb.npy")
+        for name, (dtype, data, shape) in expect.items():
+            with self.subTest(name=name):
+                entry = manifest["variables"][name]
+                self.assertEqual((entry["dtype"], tuple(entry["shape"])), (dtype, shape))
+                arr = np.load(os.path.join(out, entry["file"]))
+                self.assertEqual(arr.shape, shape)
+                if dtype == "bfloat16":
+                    bits = np.frombuffer(data, np.uint16).astype(np.uint32) << 16
+                    self.assertEqual(arr.tobytes(), bits.view(np.float32).tobytes())
+                else:
+                    self.assertEqual(arr.tobytes(), data)
+        self.assertEqual([f for f in os.listdir(self.dir) if f.startswith(".")], [])
+
+    def test_format_follows_name(self):
+        src, expect = self.make_source()
+        out = self.path("by-name.safetensors")
+        self.dvar("export", src, out)
+        header, tensors = parse_safetensors(out)
+        self.assertEqual(sorted(tensors), sorted(expect))
+        _, err = self.dvar("export", src, self.path("x.safetensors"), "--format", "dvar",
+                           "--single-shard", code=3)
+        self.assertIn("ends in .safetensors, but the format asked for is dvar", err)
+        self.assertFalse(os.path.exists(self.path("x.safetensors")))
+
+    def test_name_filters(self):
+        variables = [(name, "float32", (2,), [("all", np.arange(2, dtype=np.float32) + k)], {})
+                     for k, name in enumerate([
+                         "dense/kernel/.ATTRIBUTES/VARIABLE_VALUE",
+                         "dense/kernel/.OPTIMIZER_SLOT/optimizer/m/.ATTRIBUTES/VARIABLE_VALUE",
+                         "w", "w/Adam", "w/Adam_1", "global_step"])]
+        src = self.path("src")
+        self.helper_write(src, variables)
+        out = self.path("out.safetensors")
+        self.dvar("export", src, out, "--drop-optimizer", "--short-names",
+                  "--drop-prefix", "global_")
+        header, tensors = parse_safetensors(out)
+        self.assertEqual(sorted(tensors), ["dense/kernel", "w"])
+        self.assertEqual(tensors["dense/kernel"], np.arange(2, dtype=np.float32).tobytes())
+        _, err = self.dvar("export", src, self.path("o2.safetensors"), "--drop-prefix", "nope",
+                           code=3)
+        self.assertIn("no variable of checkpoint '%s' starts with 'nope'" % src, err)
+
     def umask(self):
         mask = os.umask(0)
         os.umask(mask)
@@ -1779,7 +1887,7 @@ class ExportTest(CliCase, HelperMixin):
         usage = [
             ([], "export writes every variable as one full tensor: give --single-shard"),
             (["--single-shard", "--format", "npz"],
-             "--format takes dvar, safetensors or tf, not 'npz'"),
+             "--format takes dvar, safetensors, tf or npy, not 'npz'"),
             (["--single-shard", "--format", "safetensors", "--chunk-size", "8K"],
              "--chunk-size applies to --format dvar only"),
             (["--single-shard", "--chunk-size", "1000"],
@@ -1791,7 +1899,7 @@ class ExportTest(CliCase, HelperMixin):
             with open(out, "w") as f:
                 f.write("x")
             _, err = self.dvar("export", src, out, "--single-shard", "--format", fmt, code=3)
-            self.assertEqual(err, "dvar export: '%s' already exists; give a new path for OUT\n"
+            self.assertEqual(err, "dvar export: '%s' already exists; give a new path\n"
                              % out)
             with open(out) as f:
                 self.assertEqual(f.read(), "x")

@@ -628,8 +628,8 @@ class TfWriteTest(CliCase, HelperMixin):
                     f.write("x")
                 for opt in ("--single-shard", "--keep-shards"):
                     _, err = self.export(src, out, opt, code=3)
-                    self.assertEqual(err, "dvar export: '%s%s' already exists; give a new prefix "
-                                          "for OUT\n" % (out, suffix))
+                    self.assertEqual(err, "dvar export: '%s%s' already exists; give a new prefix\n"
+                                     % (out, suffix))
                 self.assertEqual(self.files(out), [os.path.basename(out) + suffix])
                 with open(out + suffix) as f:
                     self.assertEqual(f.read(), "x")
@@ -649,7 +649,7 @@ class TfWriteTest(CliCase, HelperMixin):
         os.mkdir(self.path("d"))
         self.export(src, self.path("d", "m"), "--keep-shards", code=3)
         self.assertEqual(os.listdir(self.path("d")), [])
-        self.assertEqual(glob.glob(self.path("d", "*tempstate*")), [])
+        self.assertEqual(glob.glob(self.path("d", ".*dvartmp*")), [])
 
 
 def main():

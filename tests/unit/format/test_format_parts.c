@@ -277,7 +277,7 @@ static void check_good(const char *path)
 static char *staging_of(const char *root, int64_t step, const char *token)
 {
 	char name[128];
-	snprintf(name, sizeof(name), ".ckpt-%lld.tmp-%s", (long long)step, token);
+	snprintf(name, sizeof(name), ".ckpt-%lld.dvartmp-%s", (long long)step, token);
 	return tu_path(root, name);
 }
 
@@ -314,7 +314,7 @@ static void test_format_parts__threads(void **state)
 		if (jobs[p].rc)
 			fail_msg("part %d failed: %d", p, jobs[p].rc);
 	}
-	char *staging = tu_path(dir, ".ck.tmp-cafe01");
+	char *staging = tu_path(dir, ".ck.dvartmp-cafe01");
 	assert_true(dvar_fs_is_dir(staging));
 	assert_false(dvar_fs_exists(ck));
 	/* Entries in any order. */
@@ -721,7 +721,7 @@ static void test_format_parts__misuse(void **state)
 	tu_assert_error_contains("already finished");
 	/* A non-chief part freed after finishing leaves the staging directory. */
 	dvar_writer_free(w);
-	char *staging = tu_path(dir, ".ck.tmp-t");
+	char *staging = tu_path(dir, ".ck.dvartmp-t");
 	char *data = tu_path(staging, "data-00001-of-00002");
 	assert_true(dvar_fs_exists(data));
 	assert_int_equal(dvar_writer_abort_parts(ck, "t"), DVAR_OK);

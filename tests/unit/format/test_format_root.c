@@ -119,7 +119,7 @@ static void test_format_root__bad_pointer(void **state)
 	fclose(fp);
 	dvar_reader *r;
 	assert_int_equal(dvar_reader_open(&r, dir, NULL), DVAR_ECORRUPT);
-	tu_assert_error_contains("line 1 is malformed");
+	tu_assert_error_contains("line 1: model_checkpoint_path is not a quoted path");
 	fp = fopen(p, "w");
 	fputs("model_checkpoint_path: \"ckpt-9\"\n", fp);
 	fclose(fp);

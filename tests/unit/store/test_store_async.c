@@ -393,7 +393,7 @@ static void break_pending(const stu_topo *t, const char *root, int64_t step)
 	char prefix[64];
 
 	stu_sum_over_workers(t->s, 0); /* every part is open */
-	snprintf(prefix, sizeof prefix, ".ckpt-%lld.tmp-", (long long)step);
+	snprintf(prefix, sizeof prefix, ".ckpt-%lld.dvartmp-", (long long)step);
 	if (t->worker == 0) {
 		assert_int_equal(stu_count_prefix(root, prefix), 1);
 		{

@@ -432,7 +432,7 @@ static int main_check(const char *work, int survivor)
 	printf("root after the kill:");
 	stu_list_prefix(root, "", stdout);
 	printf("\n");
-	staging = stu_list_prefix(root, ".ckpt-2.tmp-", stdout);
+	staging = stu_list_prefix(root, ".ckpt-2.dvartmp-", stdout);
 	printf(" (%d staging directories of step 2)\n", staging);
 
 	/* The pointer file still names step 1; nothing of step 2 is committed. */

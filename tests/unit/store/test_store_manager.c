@@ -538,7 +538,7 @@ static void test_store_manager__defaults(void **state)
 	}
 	stu_sum_over_workers(t.s, 0);
 	assert_int_equal(dvar_manager_restore(mgr, DVAR_MANAGER_LATEST, NULL), DVAR_ECORRUPT);
-	tu_assert_error_contains("is malformed");
+	tu_assert_error_contains("model_checkpoint_path is not a quoted path");
 	bad += model_check(&t, &m, 2, t.N);
 	assert_int_equal(stu_sum_over_workers(t.s, bad), 0);
 	dvar_manager_free(mgr);

@@ -141,11 +141,11 @@ static int check_iterator(dvar_reader *r, target *t)
 	if (dvar_reader_var(r, t->index, &info) != DVAR_OK)
 		return dvar_error_prefix("'%s' in checkpoint '%s'", t->name, dvar_reader_path(r));
 	if (dvar_reader_var_attr(r, t->index, DVAR_STORE_ATTR_KIND, &kind) != DVAR_OK ||
-	    strcmp(kind, "iterator") != 0 || info.dtype != DVAR_INT64 || info.shape.rank != 2 ||
+	    strcmp(kind, DVAR_KIND_ITERATOR) != 0 || info.dtype != DVAR_INT64 || info.shape.rank != 2 ||
 	    info.shape.dims[0] < 1 || info.shape.dims[1] != DVAR_INPUT__STATE_COLUMNS)
 		return dvar_error_set(DVAR_ESHAPE,
 		                      "'%s' in checkpoint '%s' is not an input iterator's position "
-		                      "(kind \"iterator\", int64 [workers, %d])",
+		                      "(kind \"" DVAR_KIND_ITERATOR "\", int64 [workers, %d])",
 		                      t->name, dvar_reader_path(r), DVAR_INPUT__STATE_COLUMNS);
 	t->rows = info.shape.dims[0];
 	bytes = (uint64_t)t->rows * DVAR_INPUT__STATE_COLUMNS * sizeof(int64_t);
