@@ -987,8 +987,8 @@ static int report_main(bench_goal *gl)
 	       (unsigned long long)g.bytes, BENCH_GIB(g.bytes), g.in_shards,
 	       (unsigned long long)g.data_bytes, bench_compress_name(g.compress), g.make_secs);
 	printf("calls, each in a child process: dvar_reshard(IN, OUT, shards=%d) | dvar_export(IN, "
-	       "OUT, DVAR or SAFETENSORS);\ncompression AUTO, threads min(CPUs, 4), as the dvar "
-	       "command's defaults\n",
+	       "OUT, DVAR or SAFETENSORS);\nreshard's compression AUTO, threads min(CPUs, 4): the "
+	       "dvar command's defaults\n",
 	       g.out_shards);
 	printf("page cache emptied before every case: %s\n",
 	       g.drop_ok ? "/proc/sys/vm/drop_caches (+ POSIX_FADV_DONTNEED on the input)"

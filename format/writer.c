@@ -51,6 +51,7 @@ struct dvar_writer {
 	char *final_dir;
 	char *tmp_dir;
 	char *data_path;
+	char *data_shown; /* what data_path will be once committed: for messages */
 	char *root; /* dvar_writer_open_step only */
 	char *step_name;
 	uint32_t part, nparts;
@@ -281,7 +282,8 @@ static int open_dir(dvar_writer **out, const char *dir, const dvar_write_options
 	w->tmp_dir = staging;
 	char name[32];
 	dvar_data_file_name(name, sizeof(name), w->part, w->nparts);
-	if (!(w->data_path = dvar_path_join(w->tmp_dir, name))) {
+	if (!(w->data_path = dvar_path_join(w->tmp_dir, name)) ||
+	    !(w->data_shown = dvar_path_join(w->final_dir, name))) {
 		rc = dvar_error_set(DVAR_ENOMEM, "out of memory");
 		goto fail;
 	}
@@ -437,10 +439,10 @@ static int write_padded(dvar_writer *w, const unsigned char *buf, size_t padded,
 		/* Some file systems refuse O_DIRECT at write time: go buffered from now on. */
 		if (n < 0 && errno != EINVAL)
 			return dvar_error_set_errno(DVAR_EIO, errno, "write %zu bytes at offset %llu of '%s'",
-			                            padded, (unsigned long long)off, w->data_path);
+			                            padded, (unsigned long long)off, w->data_shown);
 		atomic_store(&w->direct_ok, 0);
 	}
-	return dvar_fs_pwrite_all(w->fd, buf, padded, off, w->data_path);
+	return dvar_fs_pwrite_all(w->fd, buf, padded, off, w->data_shown);
 }
 
 static void report_progress(dvar_writer *w)
@@ -929,7 +931,7 @@ static int finish(dvar_writer *w, dvar_bytes *entries)
 {
 	if (!(w->opts.flags & DVAR_WRITE_NO_FSYNC) && fsync(w->fd) != 0) {
 		w->broken = 1;
-		return dvar_error_set_errno(DVAR_EIO, errno, "fsync '%s'", w->data_path);
+		return dvar_error_set_errno(DVAR_EIO, errno, "fsync '%s'", w->data_shown);
 	}
 	DVAR_FAULT_POINT("data-synced");
 	close(w->fd);
@@ -1215,6 +1217,21 @@ done:
 	return rc;
 }
 
+/* The failure's message names a file of the staging directory: name the
+ * checkpoint's instead, which is what the caller knows. */
+static void in_user_terms(const dvar_writer *w, int rc)
+{
+	const char *msg = dvar_error_last()->message;
+	const char *at = w->tmp_dir ? strstr(msg, w->tmp_dir) : NULL;
+	char text[DVAR_ERROR_MESSAGE_MAX];
+
+	if (!at)
+		return;
+	snprintf(text, sizeof(text), "%.*s%s%s", (int)(at - msg), msg, w->final_dir,
+	         at + strlen(w->tmp_dir));
+	dvar_error_restore(rc, text);
+}
+
 int dvar_writer_commit_parts(dvar_writer *w, const void *const *entries, const size_t *lens, int n)
 {
 	if (!w || (n > 0 && (!entries || !lens)))
@@ -1230,6 +1247,7 @@ int dvar_writer_commit_parts(dvar_writer *w, const void *const *entries, const s
 	int rc = commit_parts(w, entries, lens, n);
 	if (rc && !w->committed) {
 		w->broken = 1;
+		in_user_terms(w, rc);
 		dvar_error_prefix("checkpoint '%s' not committed", w->final_dir);
 	}
 	return rc;
@@ -1292,6 +1310,7 @@ void dvar_writer_free(dvar_writer *w)
 	free(w->table);
 	free(w->tmp_dir);
 	free(w->data_path);
+	free(w->data_shown);
 	free(w->final_dir);
 	free(w->root);
 	free(w->step_name);

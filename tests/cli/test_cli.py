@@ -2052,24 +2052,26 @@ class UsageTest(CliCase):
         json.loads(out)
 
 
-def main():
+def run(cases):
+    """Run the test classes cases(args) chooses (args: the parsed command line,
+    which sets the command and helpers under test); names after the options
+    keep only the tests whose id holds one of them. Exits."""
     global DVAR, LIB, HELPER, SANITIZED
     parser = argparse.ArgumentParser()
     parser.add_argument("--dvar", required=True, help="the dvar command to test")
     parser.add_argument("--lib", help="libdvar.so, for checkpoints the CLI cannot write")
-    parser.add_argument("--helper", required=True, help="tests/cli/cli_helper")
+    parser.add_argument("--helper", help="tests/cli/cli_helper")
     parser.add_argument("--sanitized", action="store_true", help="libdvar is built with ASan")
     parser.add_argument("--group", help="run only this group of tests")
     args, rest = parser.parse_known_args()
     DVAR = os.path.abspath(args.dvar)
     LIB = args.lib and os.path.abspath(args.lib)
-    HELPER = os.path.abspath(args.helper)
+    HELPER = args.helper and os.path.abspath(args.helper)
     SANITIZED = args.sanitized
     loader = unittest.TestLoader()
     suite = unittest.TestSuite()
-    for case in CliCase.__subclasses__():
-        if args.group in (None, case.group):
-            suite.addTests(loader.loadTestsFromTestCase(case))
+    for case in cases(args):
+        suite.addTests(loader.loadTestsFromTestCase(case))
     if rest:
         suite = unittest.TestSuite(t for t in iter_tests(suite) if any(r in t.id() for r in rest))
     result = unittest.TextTestRunner(verbosity=2).run(suite)
@@ -2085,4 +2087,4 @@ def iter_tests(suite):
 
 
 if __name__ == "__main__":
-    main()
+    run(lambda args: [c for c in CliCase.__subclasses__() if args.group in (None, c.group)])

@@ -13,11 +13,9 @@ variable that differs (values, shape, missing), with its JSON section.
     test_digest.py --dvar build/cli/dvar --helper build/tests/cli/dvar_cli_helper
                    [--lib build/libdvar.so | --sanitized] [unittest args]
 """
-import argparse
 import json
 import os
 import sys
-import unittest
 
 import numpy as np
 
@@ -186,24 +184,5 @@ class DigestTest(CliCase, HelperMixin):
         self.dvar("verify", src, "--against", self.path("missing"), code=3)
 
 
-def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--dvar", required=True, help="the dvar command to test")
-    parser.add_argument("--lib", help="libdvar.so (unused here)")
-    parser.add_argument("--helper", required=True, help="tests/cli/cli_helper")
-    parser.add_argument("--sanitized", action="store_true", help="libdvar is built with ASan")
-    args, rest = parser.parse_known_args()
-    test_cli.DVAR = os.path.abspath(args.dvar)
-    test_cli.LIB = args.lib and os.path.abspath(args.lib)
-    test_cli.HELPER = os.path.abspath(args.helper)
-    test_cli.SANITIZED = args.sanitized
-    suite = unittest.TestLoader().loadTestsFromTestCase(DigestTest)
-    if rest:
-        suite = unittest.TestSuite(t for t in test_cli.iter_tests(suite)
-                                   if any(r in t.id() for r in rest))
-    result = unittest.TextTestRunner(verbosity=2).run(suite)
-    sys.exit(0 if result.wasSuccessful() and result.testsRun else 1)
-
-
 if __name__ == "__main__":
-    main()
+    test_cli.run(lambda args: [DigestTest])

@@ -12,7 +12,6 @@ dvar has no type for.
     test_tf_read.py --dvar build/cli/dvar [--helper H] [--lib L | --sanitized]
                     [unittest args]
 """
-import argparse
 import base64
 import json
 import os
@@ -20,7 +19,6 @@ import re
 import shutil
 import struct
 import sys
-import unittest
 
 import numpy as np
 
@@ -1063,25 +1061,5 @@ class HelpTest(TfCase):
         self.assertIn("give one of them", err)
 
 
-def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--dvar", required=True, help="the dvar command to test")
-    parser.add_argument("--helper", help="tests/cli/cli_helper (unused here)")
-    parser.add_argument("--lib", help="libdvar.so (unused here)")
-    parser.add_argument("--sanitized", action="store_true", help="libdvar is built with ASan")
-    args, rest = parser.parse_known_args()
-    test_cli.DVAR = os.path.abspath(args.dvar)
-    test_cli.SANITIZED = args.sanitized
-    loader = unittest.TestLoader()
-    suite = unittest.TestSuite()
-    for case in TfCase.__subclasses__():
-        suite.addTests(loader.loadTestsFromTestCase(case))
-    if rest:
-        suite = unittest.TestSuite(t for t in test_cli.iter_tests(suite)
-                                   if any(r in t.id() for r in rest))
-    result = unittest.TextTestRunner(verbosity=2).run(suite)
-    sys.exit(0 if result.wasSuccessful() and result.testsRun else 1)
-
-
 if __name__ == "__main__":
-    main()
+    test_cli.run(lambda args: TfCase.__subclasses__())

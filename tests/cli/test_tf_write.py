@@ -15,7 +15,6 @@ at OUT when an export fails.
     test_tf_write.py --dvar build/cli/dvar --helper build/tests/cli/dvar_cli_helper
                      [--lib build/libdvar.so | --sanitized] [unittest args]
 """
-import argparse
 import glob
 import os
 import struct
@@ -652,27 +651,5 @@ class TfWriteTest(CliCase, HelperMixin):
         self.assertEqual(glob.glob(self.path("d", ".*dvartmp*")), [])
 
 
-def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--dvar", required=True, help="the dvar command to test")
-    parser.add_argument("--lib", help="libdvar.so (unused here)")
-    parser.add_argument("--helper", required=True, help="tests/cli/cli_helper")
-    parser.add_argument("--sanitized", action="store_true", help="libdvar is built with ASan")
-    args, rest = parser.parse_known_args()
-    test_cli.DVAR = os.path.abspath(args.dvar)
-    test_cli.LIB = args.lib and os.path.abspath(args.lib)
-    test_cli.HELPER = os.path.abspath(args.helper)
-    test_cli.SANITIZED = args.sanitized
-    loader = unittest.TestLoader()
-    suite = unittest.TestSuite()
-    for case in (OrderedCodeSelfTest, TfWriteTest):
-        suite.addTests(loader.loadTestsFromTestCase(case))
-    if rest:
-        suite = unittest.TestSuite(t for t in test_cli.iter_tests(suite)
-                                   if any(r in t.id() for r in rest))
-    result = unittest.TextTestRunner(verbosity=2).run(suite)
-    sys.exit(0 if result.wasSuccessful() and result.testsRun else 1)
-
-
 if __name__ == "__main__":
-    main()
+    test_cli.run(lambda args: [OrderedCodeSelfTest, TfWriteTest])

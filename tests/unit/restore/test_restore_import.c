@@ -9,7 +9,6 @@
  * leaving nothing behind. Values are read back with dvar_reader_read and
  * compared with the source bytes.
  */
-#include <dirent.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,7 +17,7 @@
 #include <sys/stat.h>
 #include <zlib.h>
 
-#include "testutil.h"
+#include "restore_tu.h"
 #include "dvar/dvar.h"
 #include "restore/restore.h"
 
@@ -28,35 +27,6 @@ static const int npy_dtypes[] = {
 };
 #define NUM_NPY_DTYPES (sizeof(npy_dtypes) / sizeof(npy_dtypes[0]))
 
-/* An array the test writes into some file and expects back. */
-typedef struct {
-	char name[96];
-	int dtype;
-	dvar_shape shape;
-	unsigned char *data;
-	uint64_t bytes;
-} arr;
-
-static void arr_make(arr *a, const char *name, int dtype, int rank, const int64_t *dims,
-                     uint64_t seed)
-{
-	snprintf(a->name, sizeof(a->name), "%s", name);
-	a->dtype = dtype;
-	assert_int_equal(dvar_shape_init(&a->shape, rank, dims), DVAR_OK);
-	assert_int_equal(dvar_shape_num_bytes(&a->shape, dtype, &a->bytes), DVAR_OK);
-	a->data = malloc(a->bytes + 1);
-	assert_non_null(a->data);
-	tu_fill_random(a->data, a->bytes, seed);
-	if (dtype == DVAR_BOOL)
-		for (uint64_t i = 0; i < a->bytes; i++)
-			a->data[i] &= 1;
-}
-
-static void arrs_free(arr *a, size_t n)
-{
-	for (size_t i = 0; i < n; i++)
-		free(a[i].data);
-}
 
 /* A growable byte buffer. */
 typedef struct {
@@ -85,7 +55,7 @@ static void put_le(bytes *b, uint64_t v, int width)
 }
 
 /* The .npy file of a: dvar_npy_header's header, then the bytes. */
-static bytes npy_of(const arr *a)
+static bytes npy_of(const tu_array *a)
 {
 	unsigned char h[DVAR_NPY_HEADER_MAX];
 	size_t len;
@@ -105,7 +75,7 @@ static void write_file(const char *path, const void *p, size_t n)
 	assert_int_equal(fclose(f), 0);
 }
 
-static char *write_npy(const char *dir, const char *file, const arr *a)
+static char *write_npy(const char *dir, const char *file, const tu_array *a)
 {
 	char *path = tu_path(dir, file);
 	bytes b = npy_of(a);
@@ -252,53 +222,6 @@ static void write_st(const char *path, const char *json, const void *data, size_
 
 /* ------------------------------------------------------------ checking */
 
-/* Every array of want is in the checkpoint at ckpt, as a plain variable
- * (or as expected shards), with the same bytes; and nothing else is. */
-static void assert_ckpt_holds(const char *ckpt, const arr *want, size_t n)
-{
-	dvar_reader *r = NULL;
-	dvar_var_info v;
-	size_t i;
-
-	assert_int_equal(dvar_reader_open(&r, ckpt, NULL), DVAR_OK);
-	assert_int_equal(dvar_reader_num_vars(r), n);
-	for (size_t k = 0; k < n; k++) {
-		const arr *a = &want[k];
-		if (dvar_reader_find(r, a->name, &i) != DVAR_OK)
-			fail_msg("'%s' is not in %s", a->name, ckpt);
-		assert_int_equal(dvar_reader_var(r, i, &v), DVAR_OK);
-		assert_int_equal(v.dtype, a->dtype);
-		assert_int_equal(v.shape.rank, a->shape.rank);
-		for (int d = 0; d < a->shape.rank; d++)
-			assert_int_equal(v.shape.dims[d], a->shape.dims[d]);
-		unsigned char *got = malloc(a->bytes + 1);
-		assert_non_null(got);
-		assert_int_equal(dvar_reader_read(r, i, NULL, got, a->bytes), DVAR_OK);
-		assert_memory_equal(got, a->data, a->bytes);
-		free(got);
-	}
-	dvar_reader_free(r);
-}
-
-/* The names in dir, sorted, joined by spaces. */
-static void list_dir(const char *dir, char *buf, size_t cap)
-{
-	char names[64][256];
-	size_t n = 0, used = 0;
-	DIR *d = opendir(dir);
-	struct dirent *e;
-
-	assert_non_null(d);
-	while ((e = readdir(d)) && n < 64)
-		if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
-			snprintf(names[n++], sizeof(names[0]), "%s", e->d_name);
-	closedir(d);
-	qsort(names, n, sizeof(names[0]), (int (*)(const void *, const void *))strcmp);
-	buf[0] = '\0';
-	for (size_t i = 0; i < n; i++)
-		used += (size_t)snprintf(buf + used, cap - used, "%s%s", i ? " " : "", names[i]);
-}
-
 static int exists(const char *path)
 {
 	struct stat st;
@@ -325,7 +248,7 @@ static void test_npy_every_dtype_and_shape(void **state)
 	static const int64_t dims[][3] = { { 0 }, { 5 }, { 3, 4 }, { 2, 0, 3 }, { 0 }, { 4, 1, 3 } };
 	static const int ranks[] = { 0, 1, 2, 3, 1, 3 };
 	enum { NSHAPES = sizeof(ranks) / sizeof(ranks[0]) };
-	arr a[NUM_NPY_DTYPES * NSHAPES];
+	tu_array a[NUM_NPY_DTYPES * NSHAPES];
 	dvar_import_source srcs[NUM_NPY_DTYPES * NSHAPES];
 	char *paths[NUM_NPY_DTYPES * NSHAPES], file[64];
 	size_t n = 0;
@@ -336,7 +259,7 @@ static void test_npy_every_dtype_and_shape(void **state)
 			/* Half named by the caller, half after their file. */
 			char name[96];
 			snprintf(name, sizeof(name), "%s/%d", dvar_dtype_name(npy_dtypes[t]), s);
-			arr_make(&a[n], s % 2 ? name : file, npy_dtypes[t], ranks[s], dims[s], n + 1);
+			tu_array_make(&a[n], s % 2 ? name : file, npy_dtypes[t], ranks[s], dims[s], n + 1);
 			if (s % 2 == 0)
 				a[n].name[strlen(a[n].name) - 4] = '\0';
 			paths[n] = write_npy(dir, file, &a[n]);
@@ -347,14 +270,14 @@ static void test_npy_every_dtype_and_shape(void **state)
 	dvar_import_options o = DVAR_IMPORT_OPTIONS_INIT;
 	o.compress = DVAR_COMPRESS_LZ4;
 	assert_int_equal(dvar_import(out, srcs, n, &o), DVAR_OK);
-	assert_ckpt_holds(out, a, n);
+	tu_assert_ckpt_holds(out, a, n);
 	/* NULL options are the defaults: a plain checkpoint at out. */
 	char *out2 = tu_path(dir, "ckpt2");
 	assert_int_equal(dvar_import(out2, srcs, 3, NULL), DVAR_OK);
-	assert_ckpt_holds(out2, a, 3);
+	tu_assert_ckpt_holds(out2, a, 3);
 	for (size_t i = 0; i < n; i++)
 		free(paths[i]);
-	arrs_free(a, n);
+	tu_arrays_free(a, n);
 	free(out);
 	free(out2);
 }
@@ -447,11 +370,11 @@ static void test_npy_trailing_bytes_are_noted(void **state)
 {
 	const char *dir = *state;
 	int64_t dims[1] = { 4 };
-	arr a;
+	tu_array a;
 	notes got = { "" };
 	char want[512];
 
-	arr_make(&a, "t", DVAR_INT32, 1, dims, 7);
+	tu_array_make(&a, "t", DVAR_INT32, 1, dims, 7);
 	bytes b = npy_of(&a);
 	put(&b, "junk!", 5);
 	char *path = tu_path(dir, "t.npy"), *out = tu_path(dir, "ckpt");
@@ -464,17 +387,17 @@ static void test_npy_trailing_bytes_are_noted(void **state)
 	snprintf(want, sizeof(want), "'%s' has 5 bytes after the array data; they are ignored\n",
 	         path);
 	assert_string_equal(got.text, want);
-	assert_ckpt_holds(out, &a, 1);
+	tu_assert_ckpt_holds(out, &a, 1);
 	free(b.p);
 	free(path);
 	free(out);
-	arrs_free(&a, 1);
+	tu_arrays_free(&a, 1);
 }
 
 /* ---------------------------------------------------------------- .npz */
 
 /* Arrays a[0..n) as the members "<name>.npy" of an archive, plus a text member. */
-static char *write_npz(const char *dir, const char *file, const arr *a, size_t n, int method,
+static char *write_npz(const char *dir, const char *file, const tu_array *a, size_t n, int method,
                        int zip64)
 {
 	zmember m[8];
@@ -501,15 +424,15 @@ static void test_npz_stored_and_deflated(void **state)
 {
 	const char *dir = *state;
 	static const int64_t d2[2] = { 300, 700 }, d1[1] = { 0 };
-	arr a[3], want[12];
+	tu_array a[3], want[12];
 	size_t nw = 0;
 	dvar_import_source srcs[4];
 	char *paths[4];
 	notes got = { "" };
 
-	arr_make(&a[0], "emb", DVAR_FLOAT32, 2, d2, 11); /* 840,000 bytes: many pieces of input */
-	arr_make(&a[1], "step", DVAR_INT64, 0, d1, 12);
-	arr_make(&a[2], "empty", DVAR_UINT16, 1, d1, 13);
+	tu_array_make(&a[0], "emb", DVAR_FLOAT32, 2, d2, 11); /* 840,000 bytes: many pieces of input */
+	tu_array_make(&a[1], "step", DVAR_INT64, 0, d1, 12);
+	tu_array_make(&a[2], "empty", DVAR_UINT16, 1, d1, 13);
 	/* Compressible data, so that deflate has something to do. */
 	memset(a[0].data, 0, 400000);
 	for (int v = 0; v < 4; v++) {
@@ -534,14 +457,14 @@ static void test_npz_stored_and_deflated(void **state)
 	o.cb.note_userdata = &got;
 	o.chunk_size = 64 << 10;
 	assert_int_equal(dvar_import(out, srcs, 4, &o), DVAR_OK);
-	assert_ckpt_holds(out, want, nw);
+	tu_assert_ckpt_holds(out, want, nw);
 	assert_non_null(strstr(got.text, "member 'README.txt' left out: not a .npy file"));
 	for (int v = 0; v < 4; v++) {
 		free(paths[v]);
 		free((char *)srcs[v].name);
 	}
 	free(out);
-	arrs_free(a, 3);
+	tu_arrays_free(a, 3);
 }
 
 /* The archive's bytes with the byte at off xor x (off = the size: its first
@@ -566,10 +489,10 @@ static void test_npz_damage(void **state)
 {
 	const char *dir = *state;
 	static const int64_t d[1] = { 20000 };
-	arr a;
+	tu_array a;
 	size_t central;
 
-	arr_make(&a, "w", DVAR_FLOAT32, 1, d, 21);
+	tu_array_make(&a, "w", DVAR_FLOAT32, 1, d, 21);
 	bytes npy = npy_of(&a);
 	zmember m = { "w.npy", npy.p, npy.n };
 	for (int method = 0; method <= 8; method += 8) {
@@ -601,7 +524,7 @@ static void test_npz_damage(void **state)
 	                   "member 'w.npy': not a .npy file (bad magic)");
 	free(zip.p);
 	free(npy.p);
-	arrs_free(&a, 1);
+	tu_arrays_free(&a, 1);
 }
 
 /* ---------------------------------------------------------- safetensors */
@@ -615,7 +538,7 @@ static void test_safetensors_every_dtype(void **state)
 	};
 	enum { N = sizeof(st_dtypes) / sizeof(st_dtypes[0]) };
 	static const int64_t dims[3] = { 3, 2, 5 };
-	arr a[N + 1];
+	tu_array a[N + 1];
 	bytes data = { 0 };
 	char json[8192];
 	size_t used = 0, offset[N + 1];
@@ -624,9 +547,9 @@ static void test_safetensors_every_dtype(void **state)
 	for (int k = 0; k < N; k++) {
 		char name[32];
 		snprintf(name, sizeof(name), "t/%s", dvar_st_dtype_name(st_dtypes[k]));
-		arr_make(&a[k], name, st_dtypes[k], k % 4, dims, 100 + (uint64_t)k);
+		tu_array_make(&a[k], name, st_dtypes[k], k % 4, dims, 100 + (uint64_t)k);
 	}
-	arr_make(&a[N], "caf\xc3\xa9 \"q\"", DVAR_FLOAT32, 0, dims, 99);
+	tu_array_make(&a[N], "caf\xc3\xa9 \"q\"", DVAR_FLOAT32, 0, dims, 99);
 	for (int k = N; k >= 0; k--) {
 		offset[k] = data.n;
 		put(&data, a[k].data, (size_t)a[k].bytes);
@@ -650,7 +573,7 @@ static void test_safetensors_every_dtype(void **state)
 	write_st(path, json, data.p, data.n);
 	dvar_import_source src = { path, NULL };
 	assert_int_equal(dvar_import(out, &src, 1, NULL), DVAR_OK);
-	assert_ckpt_holds(out, a, N + 1);
+	tu_assert_ckpt_holds(out, a, N + 1);
 	/* Under a prefix. */
 	char *out2 = tu_path(dir, "ckpt2");
 	src.name = "model";
@@ -660,12 +583,12 @@ static void test_safetensors_every_dtype(void **state)
 		snprintf(name, sizeof(name), "model/%.80s", a[k].name);
 		snprintf(a[k].name, sizeof(a[k].name), "%s", name);
 	}
-	assert_ckpt_holds(out2, a, N + 1);
+	tu_assert_ckpt_holds(out2, a, N + 1);
 	free(data.p);
 	free(path);
 	free(out);
 	free(out2);
-	arrs_free(a, N + 1);
+	tu_arrays_free(a, N + 1);
 }
 
 static void test_safetensors_errors(void **state)
@@ -721,15 +644,15 @@ static void test_shards(void **state)
 {
 	const char *dir = *state;
 	static const int64_t d10[2] = { 10, 3 }, d7[2] = { 7, 2 }, d0[1] = { 0 };
-	arr a[3];
+	tu_array a[3];
 	dvar_import_source srcs[3];
 	char *paths[3];
 	notes got = { "" };
 	const char *names[3] = { "a", "b", "s" };
 
-	arr_make(&a[0], names[0], DVAR_FLOAT32, 2, d10, 31);
-	arr_make(&a[1], names[1], DVAR_INT16, 2, d7, 32);
-	arr_make(&a[2], names[2], DVAR_FLOAT64, 0, d0, 33);
+	tu_array_make(&a[0], names[0], DVAR_FLOAT32, 2, d10, 31);
+	tu_array_make(&a[1], names[1], DVAR_INT16, 2, d7, 32);
+	tu_array_make(&a[2], names[2], DVAR_FLOAT64, 0, d0, 33);
 	for (int k = 0; k < 3; k++) {
 		char file[16];
 		snprintf(file, sizeof(file), "%s.npy", names[k]);
@@ -747,7 +670,7 @@ static void test_shards(void **state)
 	assert_int_equal(dvar_import(out, srcs, 3, &o), DVAR_OK);
 	assert_string_equal(got.text, "variable 'b' has 7 rows: 7 shards, not 8\n"
 	                              "variable 's' is a scalar: 1 shard, not 2\n");
-	assert_ckpt_holds(out, a, 3);
+	tu_assert_ckpt_holds(out, a, 3);
 
 	dvar_reader *r = NULL;
 	dvar_var_info v;
@@ -803,7 +726,7 @@ static void test_shards(void **state)
 		free(paths[k]);
 	free(out);
 	free(out2);
-	arrs_free(a, 3);
+	tu_arrays_free(a, 3);
 }
 
 /* ---------------------------------------------------- names and steps */
@@ -812,10 +735,10 @@ static void test_names_and_steps(void **state)
 {
 	const char *dir = *state;
 	static const int64_t d[1] = { 6 };
-	arr a;
+	tu_array a;
 	char listing[1024];
 
-	arr_make(&a, "w", DVAR_UINT8, 1, d, 41);
+	tu_array_make(&a, "w", DVAR_UINT8, 1, d, 41);
 	char *path = write_npy(dir, "w.npy", &a);
 	char *root = tu_path(dir, "root");
 	dvar_import_source srcs[2] = { { path, "w" }, { path, "w" } };
@@ -832,7 +755,7 @@ static void test_names_and_steps(void **state)
 	o.step = 3;
 	assert_int_equal(dvar_import(root, srcs, 1, &o), DVAR_EINVAL);
 	tu_assert_error_contains("a variable's name takes 1 to 1024");
-	list_dir(dir, listing, sizeof(listing));
+	tu_list_dir(dir, listing, sizeof(listing));
 	assert_string_equal(listing, "w.npy");
 	/* Steps under a root, the latest kept. */
 	srcs[0].name = "w";
@@ -841,9 +764,9 @@ static void test_names_and_steps(void **state)
 		o.keep_last = 2;
 		assert_int_equal(dvar_import(root, srcs, 1, &o), DVAR_OK);
 	}
-	list_dir(root, listing, sizeof(listing));
+	tu_list_dir(root, listing, sizeof(listing));
 	assert_string_equal(listing, "checkpoint ckpt-2 ckpt-3");
-	assert_ckpt_holds(root, &a, 1);
+	tu_assert_ckpt_holds(root, &a, 1);
 	/* Without a step, out must not exist. */
 	o.step = -1;
 	o.keep_last = 0;
@@ -854,7 +777,7 @@ static void test_names_and_steps(void **state)
 	tu_assert_error_contains("dvar_import: options version 99");
 	free(path);
 	free(root);
-	arrs_free(&a, 1);
+	tu_arrays_free(&a, 1);
 }
 
 /* ------------------------------------------------ failing and cancelling */
@@ -877,14 +800,14 @@ static void test_cancel_leaves_nothing(void **state)
 {
 	const char *dir = *state;
 	static const int64_t d[2] = { 64, 1024 };
-	arr a[3];
+	tu_array a[3];
 	dvar_import_source srcs[3];
 	char *paths[3], listing[1024];
 
 	for (int k = 0; k < 3; k++) {
 		char file[16];
 		snprintf(file, sizeof(file), "c%d.npy", k);
-		arr_make(&a[k], file, DVAR_FLOAT32, 2, d, 50 + (uint64_t)k);
+		tu_array_make(&a[k], file, DVAR_FLOAT32, 2, d, 50 + (uint64_t)k);
 		paths[k] = write_npy(dir, file, &a[k]);
 		srcs[k] = (dvar_import_source){ paths[k], NULL };
 	}
@@ -899,24 +822,24 @@ static void test_cancel_leaves_nothing(void **state)
 		assert_int_equal(dvar_import(out, srcs, 3, &o), DVAR_ECANCELED);
 		tu_assert_error_contains("cancelled");
 		assert_int_equal(c.calls, 1);
-		list_dir(dir, listing, sizeof(listing));
+		tu_list_dir(dir, listing, sizeof(listing));
 		assert_string_equal(listing, "c0.npy c1.npy c2.npy");
 		free(out);
 	}
 	for (int k = 0; k < 3; k++)
 		free(paths[k]);
-	arrs_free(a, 3);
+	tu_arrays_free(a, 3);
 }
 
 static void test_failed_write_leaves_nothing(void **state)
 {
 	const char *dir = *state;
 	static const int64_t d[1] = { 1 << 20 };
-	arr a;
+	tu_array a;
 	char listing[1024];
 	struct rlimit old, small;
 
-	arr_make(&a, "big", DVAR_FLOAT32, 1, d, 61); /* 4 MiB, random: lz4 cannot shrink it */
+	tu_array_make(&a, "big", DVAR_FLOAT32, 1, d, 61); /* 4 MiB, random: lz4 cannot shrink it */
 	char *path = write_npy(dir, "big.npy", &a), *out = tu_path(dir, "out");
 	dvar_import_source src = { path, NULL };
 	dvar_import_options o = DVAR_IMPORT_OPTIONS_INIT;
@@ -932,11 +855,11 @@ static void test_failed_write_leaves_nothing(void **state)
 	signal(SIGXFSZ, was);
 	assert_int_not_equal(rc, DVAR_OK);
 	tu_assert_error_contains("File too large");
-	list_dir(dir, listing, sizeof(listing));
+	tu_list_dir(dir, listing, sizeof(listing));
 	assert_string_equal(listing, "big.npy");
 	free(path);
 	free(out);
-	arrs_free(&a, 1);
+	tu_arrays_free(&a, 1);
 }
 
 int main(void)
