@@ -104,35 +104,42 @@ static void note_trailing(const importer *im, const char *what, uint64_t trailin
 		             what, (unsigned long long)trailing);
 }
 
+/* The array of a .npy header (of member m of an .npz, or NULL), named as add_array names it. */
+static int add_npy(importer *im, source *s, const char *prefix, char *name,
+                   const dvar_npy_info *info, const dvar_zip_member *m)
+{
+	array *a = NULL;
+	int rc = add_array(im, s, prefix, name, &a);
+
+	if (rc != DVAR_OK)
+		return rc;
+	a->member = m;
+	a->dtype = info->dtype;
+	a->shape = info->shape;
+	a->offset = info->offset;
+	a->bytes = info->bytes;
+	return DVAR_OK;
+}
+
 /* A .npy file: one array, named name or after the file. */
 static int check_npy(importer *im, source *s, const char *name, size_t len)
 {
 	char what[DVAR_ERROR_MESSAGE_MAX];
 	dvar_npy_info info;
-	array *a;
 	int rc;
 
 	snprintf(what, sizeof(what), "'%s'", s->path);
 	if ((rc = dvar_npy_parse(what, im->buf, len, (uint64_t)s->st.st_size, &info)) != DVAR_OK)
 		return rc;
 	note_trailing(im, what, info.trailing);
-	if (name) {
-		rc = add_array(im, s, NULL, strdup(name), &a);
-	} else {
-		/* The file's name less its directory and ".npy". */
-		const char *base = strrchr(s->path, '/') ? strrchr(s->path, '/') + 1 : s->path;
-		size_t n = strlen(base);
-		if (n > 4 && strcmp(base + n - 4, ".npy") == 0)
-			n -= 4;
-		rc = add_array(im, s, NULL, strndup(base, n), &a);
-	}
-	if (rc != DVAR_OK)
-		return rc;
-	a->dtype = info.dtype;
-	a->shape = info.shape;
-	a->offset = info.offset;
-	a->bytes = info.bytes;
-	return DVAR_OK;
+	if (name)
+		return add_npy(im, s, NULL, strdup(name), &info, NULL);
+	/* The file's name less its directory and ".npy". */
+	const char *base = strrchr(s->path, '/') ? strrchr(s->path, '/') + 1 : s->path;
+	size_t n = strlen(base);
+	if (n > 4 && strcmp(base + n - 4, ".npy") == 0)
+		n -= 4;
+	return add_npy(im, s, NULL, strndup(base, n), &info, NULL);
 }
 
 /* An .npz archive: every member named "*.npy" is an array (the name less
@@ -148,7 +155,6 @@ static int check_npz(importer *im, source *s, int fd, const char *prefix)
 		size_t n = strlen(m->name);
 		dvar_zip_stream *z = NULL;
 		dvar_npy_info info;
-		array *a;
 		if (n < 4 || strcmp(m->name + n - 4, ".npy") != 0) {
 			dvar_op_note(&im->op, "'%s': member '%s' left out: not a .npy file", s->path,
 			             m->name);
@@ -165,13 +171,7 @@ static int check_npz(importer *im, source *s, int fd, const char *prefix)
 		if (rc != DVAR_OK)
 			break;
 		note_trailing(im, what, info.trailing);
-		if ((rc = add_array(im, s, prefix, strndup(m->name, n - 4), &a)) != DVAR_OK)
-			break;
-		a->member = m;
-		a->dtype = info.dtype;
-		a->shape = info.shape;
-		a->offset = info.offset;
-		a->bytes = info.bytes;
+		rc = add_npy(im, s, prefix, strndup(m->name, n - 4), &info, m);
 	}
 	return rc;
 }

@@ -1,5 +1,5 @@
 /*
- * store/store.h - private to libdvar: what save.c and restore.c share. The
+ * store/store.h - private to libdvar: what save.c and restore/restore.c share. The
  * cross-worker exchange they agree through (exchange.c) and the names of the
  * kinds a checkpoint records. Not installed.
  *

@@ -1,9 +1,11 @@
 /*
  * dvar/store.h - saving distributed variables from every worker into one
- * checkpoint, and restoring a checkpoint into variables of any topology
- * (docs/STORE.md gives the rules, the save plan and the commit protocol).
+ * checkpoint, and the checkpoint manager (save every K steps, keep N);
+ * restoring one into variables of any topology is dvar_restore, in
+ * dvar/restore.h (docs/STORE.md gives the rules, the save plan and the
+ * commit protocol).
  *
- * Both calls are collective across workers: every worker of the strategy
+ * dvar_save and dvar_restore are collective across workers: every worker of the strategy
  * calls them, in the same order, with the same variables (same names,
  * dtypes, shapes, synchronizations and aggregations, in the same order).
  * Every worker returns the same status; when it is an error, the message
