@@ -118,6 +118,12 @@ int cli_check_chunk_size(const char *cmd, uint64_t bytes);
 
 /* ------------------------------------------------------------- reporting */
 
+/*
+ * Errors go to stderr and, in --json mode, into the JSON error document with
+ * "code": "usage" for a usage error, the dvar_code's name ("DVAR_ENOTFOUND")
+ * for one the library reported, "runtime" for any other.
+ */
+
 /* "dvar <cmd>: <message>" plus "See 'dvar help <cmd>'."; returns CLI_EXIT_USAGE. */
 int cli_usage_error(const char *cmd, const char *fmt, ...) CLI_PRINTF(2, 3);
 
@@ -129,6 +135,26 @@ int cli_error_dvar(const char *cmd);
 
 /* The message of dvar_error_last(), or its code's name when it has none. */
 const char *cli_dvar_message(void);
+
+/* ------------------------------------------------------------ "did you mean" */
+
+#define CLI_SUGGEST_MAX 3
+
+/* The names nearest to what the user typed: case-insensitive edit distance, at
+ * most a third of its length (a name differing only in case is nearest). */
+typedef struct {
+	const char *typed;
+	const char *names[CLI_SUGGEST_MAX];
+	int n;
+	size_t dist;
+} cli_suggest;
+
+void cli_suggest_init(cli_suggest *s, const char *typed);
+/* Consider name, measured by compared (the name, or another form of it). */
+void cli_suggest_add(cli_suggest *s, const char *name, const char *compared);
+/* "; did you mean 'a' or 'b'?" with prefix before each name ("--"), or ""
+ * when nothing is near. Returns buf. */
+const char *cli_suggest_text(const cli_suggest *s, const char *prefix, char *buf, size_t cap);
 
 /* "512 B", "1.5 KiB", "3.0 GiB". */
 void cli_format_bytes(char *buf, size_t cap, uint64_t bytes);
@@ -185,9 +211,23 @@ void cli_op_callbacks(dvar_callbacks *cb, const char *cmd, cli_progress *pr, int
 typedef struct {
 	FILE *f;
 	int depth;
+	int failed; /* closed by cli_json_error: further writes are dropped */
 	char closer[CLI_JSON_MAX_DEPTH];
 	unsigned char nonempty[CLI_JSON_MAX_DEPTH];
 } cli_json;
+
+/* Set by cli_parse when the command was given --json: its errors then print a
+ * JSON document on stdout too. */
+extern int cli_json_mode;
+
+/*
+ * An error in --json mode: the document begun on stdout is closed (its open
+ * arrays and objects ended) with "ok":false,"error":{"code","message"};
+ * without one, {"schema_version":1,"ok":false,"error":{...}} is printed.
+ * Only the first error of a run is printed, and nothing after a complete
+ * document, so stdout always holds exactly one.
+ */
+void cli_json_error(const char *code, const char *message);
 
 /* Begins the document's top-level object with {"schema_version":1. */
 void cli_json_begin(cli_json *j, FILE *f);
@@ -213,6 +253,29 @@ void cli_json_dims(cli_json *j, const char *key, const int64_t *v, int n);
 void cli_json_bytes(cli_json *j, const char *key, const void *p, uint64_t n);
 /* text as it is: a JSON value the caller formatted (a number, true, ...). */
 void cli_json_raw(cli_json *j, const char *key, const char *text);
+
+/* --------------------------------------------------------------- output */
+
+/*
+ * Where a writing command (import, export, reshard) writes OUT. An existing
+ * OUT is refused unless force; with force the library writes target, a
+ * temporary sibling, and cli_output_commit swaps it in for the old one,
+ * which is removed only then. tf: OUT is a TensorFlow prefix, its files
+ * OUT.index and OUT.data-00000-of-00001.
+ */
+typedef struct {
+	const char *out;
+	const char *target; /* what to hand the library: out, or tmp */
+	char *tmp;          /* malloc'ed; NULL when OUT did not exist */
+	int tf;
+} cli_output;
+
+/* Returns CLI_EXIT_OK, or an exit code after reporting (OUT exists, no force). */
+int cli_output_begin(cli_output *o, const char *cmd, const char *out, int tf, int force);
+/* After the library wrote target: the new output replaces the old. Returns an exit code. */
+int cli_output_commit(cli_output *o, const char *cmd);
+/* After the library failed (it leaves nothing at target). */
+void cli_output_abort(cli_output *o);
 
 /* ----------------------------------------------------------------- walk */
 

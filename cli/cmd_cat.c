@@ -26,8 +26,9 @@ static int force;
 static int short_names;
 static int progress = -1;
 
-/* The file --npy or --raw writes. */
+/* The file --npy or --raw writes ("-": stdout), and how messages name it. */
 static const char *out_path;
+static char out_shown[512];
 
 static const cli_opt opts[] = {
 	{ CLI_OPT_ARG, "PATH", NULL, &path, 0, CLI_OPT_REQUIRED,
@@ -39,14 +40,15 @@ static const cli_opt opts[] = {
 	  "only this slice, in TensorFlow's slice text: per dimension\n"
 	  "\"start,length\" or \"-\" (all of it), joined by ':' (\"0,2:-\")" },
 	{ CLI_OPT_STRING, "npy", "FILE", &npy_path, 0, 0,
-	  "write a .npy file instead of text (FILE may be /dev/stdout)" },
+	  "write a .npy file instead of text (FILE - is stdout)" },
 	{ CLI_OPT_STRING, "raw", "FILE", &raw_path, 0, 0,
-	  "write the bare bytes instead (FILE may be /dev/stdout): the\n"
+	  "write the bare bytes instead (FILE - is stdout): the\n"
 	  "elements row-major, little-endian; a string tensor's elements\n"
 	  "one after the other, without their lengths" },
 	{ CLI_OPT_SWITCH, "json", NULL, &json, 1, 0, "print one JSON document on stdout" },
 	{ CLI_OPT_SWITCH, "force", NULL, &force, 1, 0,
-	  "print more than 10000 elements as text or JSON" },
+	  "replace an existing --npy/--raw FILE; print more than 10000\n"
+	  "elements as text or JSON" },
 	{ CLI_OPT_SWITCH, "short-names", NULL, &short_names, 1, 0,
 	  "NAME may be a TF2 short name (see 'dvar help inspect');\n"
 	  "--json shows it" },
@@ -63,6 +65,10 @@ static const cli_usage usage = {
 	"with C escapes (printable ASCII as it is but for \\\" and \\\\; \\n, \\r, \\t;\n"
 	"any other byte \\xNN), after its index in the variable (\"[2] \", \"[0,1] \";\n"
 	"none for a scalar). --npy refuses strings; --raw writes their bytes.\n"
+	"An existing --npy or --raw FILE is refused without --force; the file is\n"
+	"written under a temporary name and renamed at the end, so a failure or\n"
+	"Ctrl-C leaves the old one (or none). A device, pipe or symlink such as\n"
+	"/dev/stdout is written in place.\n"
 	"--json prints {\"schema_version\":1,\"path\",\"name\",\"dtype\",\"shape\",\n"
 	"\"slice\":{\"start\",\"length\"} (with --slice),\"values\"}: values nested as the\n"
 	"slice's shape (a scalar bare); numbers as text prints them, bool as\n"
@@ -256,7 +262,7 @@ static void json_head(cli_json *j, dvar_reader *r, const dvar_var_info *v, const
 	cli_json_str(j, "name", shown ? shown : v->name);
 	if (short_names)
 		cli_json_str(j, "full_name", v->name);
-	free(shown);
+	dvar_free(shown);
 	cli_json_str(j, "dtype", cli_dtype_text(v->dtype, dtype, sizeof(dtype)));
 	cli_json_dims(j, "shape", v->shape.dims, v->shape.rank);
 	if (slice_spec) {
@@ -293,12 +299,9 @@ static int print_json(dvar_reader *r, size_t i, const dvar_var_info *v, const dv
 		init_blocks(&t, sl);
 		rc = read_pieces(r, i, v->dtype, sl, json_piece, &t);
 	}
-	/* After a failed read the document still closes, saying so (as diff's). */
-	while (j.depth > 1)
+	/* After a failed read these are dropped: reporting it ended the document. */
+	while (j.depth > 0)
 		cli_json_end(&j);
-	if (rc != CLI_EXIT_OK)
-		cli_json_str(&j, "error", cli_dvar_message());
-	cli_json_end(&j);
 	return rc;
 }
 
@@ -317,7 +320,7 @@ static int write_piece(void *ctx, const void *data, uint64_t n)
 
 	if (!o->widen) {
 		if (fwrite(data, esize, (size_t)n, o->f) != n)
-			return cli_error("cat", "writing '%s' failed", out_path);
+			return cli_error("cat", "writing %s failed: %s", out_shown, strerror(errno));
 		return CLI_EXIT_OK;
 	}
 	/* Widened through double, which holds every bfloat16 and float exactly. */
@@ -329,7 +332,7 @@ static int write_piece(void *ctx, const void *data, uint64_t n)
 		for (size_t k = 0; k < m; k++)
 			f[k] = (float)d[k];
 		if (fwrite(f, sizeof(float), m, o->f) != m)
-			return cli_error("cat", "writing '%s' failed", out_path);
+			return cli_error("cat", "writing %s failed: %s", out_shown, strerror(errno));
 	}
 	return CLI_EXIT_OK;
 }
@@ -345,6 +348,8 @@ static FILE *open_output(char **tmp)
 	struct stat st;
 
 	*tmp = NULL;
+	if (strcmp(out_path, "-") == 0)
+		return stdout;
 	if (lstat(out_path, &st) == 0 && !S_ISREG(st.st_mode))
 		return fopen(out_path, "wb");
 	size_t len = strlen(out_path) + 16;
@@ -373,15 +378,16 @@ static int commit_output(const char *tmp)
 	mode_t mask = umask(0);
 	umask(mask);
 	if (chmod(tmp, 0666 & ~mask) != 0 || rename(tmp, out_path) != 0)
-		return cli_error("cat", "cannot create '%s': %s", out_path, strerror(errno));
+		return cli_error("cat", "cannot create %s: %s", out_shown, strerror(errno));
 	return CLI_EXIT_OK;
 }
 
 /* Close the output; on success give it its name, on failure remove it. */
 static int finish_output(FILE *f, char *tmp, int rc)
 {
-	if (fclose(f) != 0 && rc == CLI_EXIT_OK)
-		rc = cli_error("cat", "writing '%s' failed: %s", out_path, strerror(errno));
+	/* stdout stays open: main checks it once more at exit. */
+	if ((f == stdout ? fflush(f) : fclose(f)) != 0 && rc == CLI_EXIT_OK)
+		rc = cli_error("cat", "writing %s failed: %s", out_shown, strerror(errno));
 	if (tmp && rc == CLI_EXIT_OK)
 		rc = commit_output(tmp);
 	if (tmp && rc != CLI_EXIT_OK)
@@ -401,7 +407,7 @@ static int write_file(dvar_reader *r, size_t i, int dtype, const dvar_slice *sl,
 
 	file_out o = { open_output(&tmp), dtype, npy && dtype == DVAR_BFLOAT16 };
 	if (!o.f)
-		return cli_error("cat", "cannot create '%s': %s", out_path, strerror(errno));
+		return cli_error("cat", "cannot create %s: %s", out_shown, strerror(errno));
 	if (o.widen)
 		fprintf(stderr, "dvar cat: note: '%s' is bfloat16, which numpy lacks; "
 		                "writing it as float32 (exact)\n", var_name);
@@ -410,7 +416,7 @@ static int write_file(dvar_reader *r, size_t i, int dtype, const dvar_slice *sl,
 	                           &shape) != DVAR_OK)
 		rc = cli_error_dvar("cat");
 	else if (npy && fwrite(hdr, 1, hlen, o.f) != hlen)
-		rc = cli_error("cat", "writing '%s' failed", out_path);
+		rc = cli_error("cat", "writing %s failed: %s", out_shown, strerror(errno));
 	if (rc == CLI_EXIT_OK)
 		rc = read_pieces(r, i, dtype, sl, write_piece, &o);
 	return finish_output(o.f, tmp, rc);
@@ -491,13 +497,13 @@ static int cat_strings(dvar_reader *r, size_t i, const dvar_var_info *v, const d
 	if (raw_path) {
 		FILE *f = open_output(&tmp);
 		if (!f) {
-			rc = cli_error("cat", "cannot create '%s': %s", out_path, strerror(errno));
+			rc = cli_error("cat", "cannot create %s: %s", out_shown, strerror(errno));
 			goto done;
 		}
 		for (uint64_t k = 0; k < n && rc == CLI_EXIT_OK; k++) {
 			uint64_t e = elem_walk_next(&w);
 			if (fwrite(bytes + at[e], 1, (size_t)lens[e], f) != lens[e])
-				rc = cli_error("cat", "writing '%s' failed", out_path);
+				rc = cli_error("cat", "writing %s failed: %s", out_shown, strerror(errno));
 		}
 		rc = finish_output(f, tmp, rc);
 	} else if (json) {
@@ -552,6 +558,18 @@ int cmd_cat(int argc, char **argv)
 		return cli_usage_error("cat", "--npy, --raw and --json are different outputs: "
 		                              "give one of them");
 	out_path = npy_path ? npy_path : raw_path;
+	if (out_path) {
+		struct stat st;
+		if (strcmp(out_path, "-") == 0)
+			snprintf(out_shown, sizeof(out_shown), "stdout");
+		else
+			snprintf(out_shown, sizeof(out_shown), "'%s'", out_path);
+		/* Checked before the read, which may be long; a device or symlink is written in place. */
+		if (strcmp(out_path, "-") != 0 && !force && lstat(out_path, &st) == 0 &&
+		    S_ISREG(st.st_mode))
+			return cli_error("cat", "'%s' already exists; give a new FILE, or --force to "
+			                        "replace it", out_path);
+	}
 	if (dvar_reader_open(&r, path, NULL) != DVAR_OK)
 		return cli_error_dvar("cat");
 	if ((rc = cli_find_var("cat", r, var_name, short_names, &i)) != CLI_EXIT_OK)

@@ -48,7 +48,8 @@ static const cli_usage usage = {
 	"\"only_in_b\":[...],\"variables\":[{\"name\",\"status\" (\"equal\", \"values_differ\",\n"
 	"\"dtype_differs\" or \"shape_differs\"),\"dtype_a\",\"dtype_b\",\"shape_a\",\"shape_b\",\n"
 	"\"num_elements\",\"num_different\",\"max_abs_diff\"}],\"identical\"}; max_abs_diff is\n"
-	"null when infinite. After a failed read the document ends with \"error\".",
+	"null when infinite. After a failed read the document ends with \"ok\":false,\n"
+	"\"error\" (below).",
 	"the checkpoints differ"
 };
 
@@ -173,8 +174,13 @@ static int by_key(const void *x, const void *y)
 
 static void names_free(names *nm)
 {
-	for (size_t i = 0; nm->key && i < nm->n; i++)
-		free(nm->key[i]);
+	/* The keys are dvar_short_name's with --short-names, strdup's otherwise. */
+	for (size_t i = 0; nm->key && i < nm->n; i++) {
+		if (short_names)
+			dvar_free(nm->key[i]);
+		else
+			free(nm->key[i]);
+	}
 	free(nm->key);
 	free(nm->order);
 }
@@ -440,14 +446,12 @@ int cmd_diff(int argc, char **argv)
 	rc = diff_readers(&na, &nb, in_b, json ? &j : NULL, &t);
 	int identical = !t.only_a && !t.only_b && !t.mismatched && !t.values;
 	if (json) {
-		/* After a failed read the document still closes, saying so. */
-		if (rc != CLI_EXIT_OK)
-			cli_json_str(&j, "error", cli_dvar_message());
+		/* After an error these are dropped: reporting it ended the document. */
 		cli_json_bool(&j, "identical", rc == CLI_EXIT_OK && identical);
 		cli_json_end(&j);
 	} else if (rc == CLI_EXIT_OK && identical) {
-		printf("identical: %zu variables, %llu elements\n", t.common,
-		       (unsigned long long)t.elements);
+		printf("identical: %zu variable%s, %llu element%s\n", t.common, t.common == 1 ? "" : "s",
+		       (unsigned long long)t.elements, t.elements == 1 ? "" : "s");
 	} else if (rc == CLI_EXIT_OK) {
 		printf("different: %zu only in A, %zu only in B, %zu with another dtype or shape, "
 		       "%zu with other values (of %zu in both)\n",

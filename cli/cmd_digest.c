@@ -47,7 +47,7 @@ static const cli_usage usage = {
 /* One output line, formatted. */
 typedef struct {
 	const char *name;  /* as shown: the short name with --short-names */
-	char *short_name;  /* --short-names: malloc'ed */
+	char *short_name;  /* --short-names: dvar_short_name's, for dvar_free */
 	const char *full_name;
 	dvar_shape shape;
 	char dtype[CLI_DTYPE_TEXT_MAX], shape_text[200], crc[9];
@@ -154,7 +154,7 @@ int cmd_digest(int argc, char **argv)
 	}
 done:
 	for (size_t k = 0; rows && k < n; k++)
-		free(rows[k].short_name);
+		dvar_free(rows[k].short_name);
 	free(rows);
 	dvar_reader_free(r);
 	return rc;

@@ -19,6 +19,7 @@ static int drop_optimizer;
 static int short_names;
 static uint64_t chunk_size;
 static int progress = -1;
+static int force;
 
 static const cli_opt opts[] = {
 	{ CLI_OPT_ARG, "IN", NULL, &in_path, 0, CLI_OPT_REQUIRED,
@@ -27,7 +28,7 @@ static const cli_opt opts[] = {
 	{ CLI_OPT_ARG, "OUT", NULL, &out_path, 0, CLI_OPT_REQUIRED,
 	  "what to create: a checkpoint directory, a .safetensors file, a\n"
 	  "TensorFlow checkpoint prefix (OUT.index, OUT.data-00000-of-00001)\n"
-	  "or a directory of .npy files; it must not exist" },
+	  "or a directory of .npy files; it must not exist (see --force)" },
 	{ CLI_OPT_SWITCH, "single-shard", NULL, &single_shard, 1, 0,
 	  "merge every sharded variable into one full tensor (required for\n"
 	  "--format dvar; --format tf takes it or --keep-shards)" },
@@ -52,6 +53,9 @@ static const cli_opt opts[] = {
 	  "x/.ATTRIBUTES/VARIABLE_VALUE as x" },
 	{ CLI_OPT_BYTES, "chunk-size", "BYTES", &chunk_size, 0, 0,
 	  "--format dvar: raw bytes per chunk, a multiple of 4K from 4K to 1G\n(default 4M)" },
+	{ CLI_OPT_SWITCH, "force", NULL, &force, 1, 0,
+	  "replace an existing OUT: the new one is written fully first,\n"
+	  "then swapped in, and only then the old one removed" },
 	CLI_PROGRESS_OPTS(&progress),
 	{ CLI_OPT_END, NULL, NULL, NULL, 0, 0, NULL }
 };
@@ -147,8 +151,16 @@ int cmd_export(int argc, char **argv)
 		return rc;
 	if ((rc = check_options(&eo)) != 0)
 		return rc;
+	cli_output out;
+	if ((rc = cli_output_begin(&out, "export", out_path, eo.format == DVAR_EXPORT_TF, force)))
+		return rc;
 	cli_op_callbacks(&eo.cb, "export", &pr, progress);
-	rc = dvar_export(in_path, out_path, &eo) == DVAR_OK ? CLI_EXIT_OK : cli_error_dvar("export");
+	if (dvar_export(in_path, out.target, &eo) == DVAR_OK) {
+		rc = cli_output_commit(&out, "export");
+	} else {
+		rc = cli_error_dvar("export");
+		cli_output_abort(&out);
+	}
 	cli_progress_end(&pr);
 	return rc;
 }

@@ -18,10 +18,12 @@ static int64_t step = -1;
 static int64_t keep = -1;
 static cli_args shard_opts;
 static int progress = -1;
+static int force;
 
 static const cli_opt opts[] = {
 	{ CLI_OPT_ARG, "OUT", NULL, &out_path, 0, CLI_OPT_REQUIRED,
-	  "the checkpoint directory to create (with --step, a checkpoint root)" },
+	  "the checkpoint directory to create, which must not exist (see\n"
+	  "--force); with --step, a checkpoint root" },
 	{ CLI_OPT_ARGS, "NAME=FILE.npy", NULL, &pairs, 0, CLI_OPT_REQUIRED,
 	  "save the array in FILE.npy as the variable NAME. FILE.npz or\n"
 	  "FILE.safetensors alone saves every array it holds under its own\n"
@@ -41,6 +43,9 @@ static const cli_opt opts[] = {
 	  "Repeatable" },
 	{ CLI_OPT_INT, "keep", "K", &keep, 0, 0,
 	  "with --step: keep the K latest checkpoints, delete older ones\n(0 keeps all)" },
+	{ CLI_OPT_SWITCH, "force", NULL, &force, 1, 0,
+	  "replace an existing OUT (not with --step): the new one is written\n"
+	  "fully first, then swapped in, and only then the old one removed" },
 	CLI_PROGRESS_OPTS(&progress),
 	{ CLI_OPT_END, NULL, NULL, NULL, 0, 0, NULL }
 };
@@ -118,6 +123,9 @@ static int check_options(dvar_import_options *o)
 		o->compress = DVAR_COMPRESS_NONE;
 	else if ((rc = cli_parse_compress("import", compress, &o->compress)) != 0)
 		return rc;
+	if (force && step >= 0)
+		return cli_usage_error("import", "--force replaces OUT, which with --step is a root of "
+		                                 "other checkpoints: give one of them");
 	if (keep >= 0 && step < 0)
 		return cli_usage_error("import", "--keep needs --step");
 	if (keep > INT32_MAX)
@@ -148,10 +156,18 @@ int cmd_import(int argc, char **argv)
 		goto done;
 	o.shards = counts;
 	o.num_shards = (size_t)shard_opts.n;
+	cli_output out = { out_path, out_path, NULL, 0 };
+	if (step < 0 && (rc = cli_output_begin(&out, "import", out_path, 0, force)) != 0)
+		goto done;
 	cli_op_callbacks(&o.cb, "import", &pr, progress);
-	rc = dvar_import(out_path, srcs, (size_t)pairs.n, &o);
+	rc = dvar_import(out.target, srcs, (size_t)pairs.n, &o);
 	cli_progress_end(&pr);
-	rc = rc == DVAR_OK ? CLI_EXIT_OK : cli_error_dvar("import");
+	if (rc == DVAR_OK) {
+		rc = cli_output_commit(&out, "import");
+	} else {
+		rc = cli_error_dvar("import");
+		cli_output_abort(&out);
+	}
 done:
 	free(counts);
 	free(srcs);

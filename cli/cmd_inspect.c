@@ -44,7 +44,7 @@ static const cli_usage usage = {
 /* One variable's cells of the table, formatted. */
 typedef struct {
 	char dtype[CLI_DTYPE_TEXT_MAX], shape[200], raw[32], stored[32], ratio[16], chunks[24];
-	char *short_name; /* --short-names: malloc'ed */
+	char *short_name; /* --short-names: dvar_short_name's, for dvar_free */
 } row;
 
 /* Room for the slice text of the largest shape: 8 x "start,length:". */
@@ -139,7 +139,7 @@ static int print_json(dvar_reader *r)
 		cli_json_str(&j, "name", shown ? shown : v.name);
 		if (shown)
 			cli_json_str(&j, "full_name", v.name);
-		free(shown);
+		dvar_free(shown);
 		cli_json_str(&j, "dtype", cli_dtype_text(v.dtype, dtype, sizeof(dtype)));
 		cli_json_dims(&j, "shape", v.shape.dims, v.shape.rank);
 		cli_json_array(&j, "slices");
@@ -236,11 +236,12 @@ static int print_table(dvar_reader *r)
 		cli_format_bytes(traw, sizeof(traw), raw);
 		cli_format_bytes(tstored, sizeof(tstored), stored);
 		format_ratio(ratio, sizeof(ratio), raw, stored);
-		printf("%zu variables, %" PRIu64 " chunks, %s raw, %s stored, ratio %s\n", n, chunks,
+		printf("%zu variable%s, %" PRIu64 " chunk%s, %s raw, %s stored, ratio %s\n", n,
+		       n == 1 ? "" : "s", chunks, chunks == 1 ? "" : "s",
 		       traw, tstored, ratio);
 	}
 	for (size_t i = 0; i < n; i++)
-		free(rows[i].short_name);
+		dvar_free(rows[i].short_name);
 	free(rows);
 	free(names);
 	if (rc == DVAR_ENOMEM)

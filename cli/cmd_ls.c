@@ -244,7 +244,7 @@ static int list_tf(entries *l)
 	}
 	if (dp)
 		closedir(dp);
-	int rc = dvar_checkpoint_state_read(root, &state);
+	int rc = dvar_checkpoint_state_read(&state, root);
 	if (rc != DVAR_OK && rc != DVAR_ENOTFOUND)
 		fprintf(stderr, "dvar ls: note: %s; nothing marked latest or kept\n", cli_dvar_message());
 	if (rc != DVAR_OK)

@@ -17,13 +17,14 @@ static const char *partitioner_text;
 static const char *compress = "auto";
 static uint64_t chunk_size;
 static int progress = -1;
+static int force;
 
 static const cli_opt opts[] = {
 	{ CLI_OPT_ARG, "IN", NULL, &in_path, 0, CLI_OPT_REQUIRED,
 	  "the checkpoint to read (a directory, or a root: its latest), or a\n"
 	  "TensorFlow checkpoint (its prefix, or a directory naming it)" },
 	{ CLI_OPT_ARG, "OUT", NULL, &out_path, 0, CLI_OPT_REQUIRED,
-	  "the checkpoint directory to create; it must not exist" },
+	  "the checkpoint directory to create; it must not exist (see --force)" },
 	{ CLI_OPT_INT, "shards", "M", &shards, 0, 0,
 	  "write every sharded variable (saved as several slices, or with\n"
 	  "kind=sharded) as M shards" },
@@ -38,6 +39,9 @@ static const cli_opt opts[] = {
 	  "chunks of OUT: auto (default), lz4 or none (as in dvar import)" },
 	{ CLI_OPT_BYTES, "chunk-size", "BYTES", &chunk_size, 0, 0,
 	  "raw bytes per chunk of OUT: a multiple of 4K from 4K to 1G\n(default 4M)" },
+	{ CLI_OPT_SWITCH, "force", NULL, &force, 1, 0,
+	  "replace an existing OUT: the new one is written fully first,\n"
+	  "then swapped in, and only then the old one removed" },
 	CLI_PROGRESS_OPTS(&progress),
 	{ CLI_OPT_END, NULL, NULL, NULL, 0, 0, NULL }
 };
@@ -125,10 +129,16 @@ int cmd_reshard(int argc, char **argv)
 	dvar_shard_count *rules = calloc((size_t)var_opts.n + 1, sizeof(*rules));
 	if (!rules)
 		return cli_error("reshard", "out of memory");
-	if ((rc = check_options(&ro, rules)) == 0) {
+	cli_output out;
+	if ((rc = check_options(&ro, rules)) == 0 &&
+	    (rc = cli_output_begin(&out, "reshard", out_path, 0, force)) == 0) {
 		cli_op_callbacks(&ro.cb, "reshard", &pr, progress);
-		rc = dvar_reshard(in_path, out_path, &ro) == DVAR_OK ? CLI_EXIT_OK
-		                                                     : cli_error_dvar("reshard");
+		if (dvar_reshard(in_path, out.target, &ro) == DVAR_OK) {
+			rc = cli_output_commit(&out, "reshard");
+		} else {
+			rc = cli_error_dvar("reshard");
+			cli_output_abort(&out);
+		}
 		cli_progress_end(&pr);
 	}
 	free(rules);

@@ -7,7 +7,10 @@
  */
 #include <inttypes.h>
 #include <stdlib.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 
@@ -38,9 +41,13 @@ static const cli_usage usage = {
 	"\"N variables, M chunks, X bytes checked: OK\" (or \"K bad chunks\").\n"
 	"In a TensorFlow checkpoint every saved entry (a variable, or one slice\n"
 	"of a partitioned one) is one chunk, checked against TF's CRC-32C.\n"
+	"A chunk that cannot be read at all (its data file missing, not\n"
+	"readable, a directory, an I/O error) is not corrupt: it is printed as\n"
+	"\"unreadable chunk: ...\" with the system's reason, and verify exits 3.\n"
 	"--json prints {\"schema_version\":1,\"path\",\"bad_chunks\":[{\"variable\",\"file\",\n"
-	"\"offset\",\"chunk\",\"message\"}],\"num_variables\",\"num_chunks\",\"bytes\",\n"
-	"\"num_bad\",\"ok\"}; when the walk itself fails, {...,\"error\",\"ok\":false}.\n"
+	"\"offset\",\"chunk\",\"unreadable\",\"message\"}],\"num_variables\",\"num_chunks\",\n"
+	"\"bytes\",\"num_bad\" (corrupt chunks),\"num_unreadable\",\"ok\"}; when the walk\n"
+	"fails or a chunk is unreadable, the document ends with \"ok\":false,\"error\".\n"
 	"With --against OTHER, PATH's chunks are checked as above, then each\n"
 	"variable of PATH and OTHER is compared by digest: a variable in only one\n"
 	"(\"only in OTHER: x\"), another dtype or shape (\"shape differs: x: [3,2] vs\n"
@@ -54,27 +61,58 @@ static const cli_usage usage = {
 	"\"other_dtype\",\"shape\",\"other_shape\",\"digest\",\"other_digest\"}],\n"
 	"\"num_compared\",\"num_different\",\"ok\"} (the fields that apply), and \"ok\"\n"
 	"covers both checks.",
-	"a chunk is corrupt or unreadable, or --against found a difference"
+	"a chunk is corrupt, or --against found a difference"
 };
+
+/* Chunks that could not be read at all, which is not corruption: the first one's reason. */
+static uint64_t num_unreadable;
+static char unreadable_why[512];
+
+/*
+ * Why a bad chunk's data file cannot be read (missing, no permission, a
+ * directory, an I/O error), or NULL when it holds bad bytes. The library
+ * reports an unopenable data file like a corrupt chunk, so the file is
+ * tried here.
+ */
+static const char *unreadable(const dvar_bad_chunk *bad)
+{
+	char byte;
+
+	if (bad->code != DVAR_ECORRUPT)
+		return bad->message;
+	int fd = open(bad->file, O_RDONLY);
+	if (fd < 0)
+		return strerror(errno);
+	ssize_t n = pread(fd, &byte, 1, 0);
+	int err = errno;
+	close(fd);
+	return n < 0 ? strerror(err) : NULL;
+}
 
 static void report_bad(void *userdata, const dvar_bad_chunk *bad)
 {
 	cli_json *j = userdata;
 	char *shown = short_names ? dvar_short_name(bad->var) : NULL;
 	const char *var = shown ? shown : bad->var;
+	const char *why = unreadable(bad);
+	int cannot_read = why != NULL;
 
+	if (cannot_read && num_unreadable++ == 0)
+		snprintf(unreadable_why, sizeof(unreadable_why), "%s: %s", bad->file, why);
 	if (!j) {
-		printf("bad chunk: variable '%s', file %s, offset %" PRIu64 ", chunk %" PRIu64 ": %s\n",
-		       var, bad->file, bad->offset, bad->chunk, bad->message);
-		free(shown);
+		printf("%s chunk: variable '%s', file %s, offset %" PRIu64 ", chunk %" PRIu64 ": %s\n",
+		       cannot_read ? "unreadable" : "bad", var, bad->file, bad->offset, bad->chunk,
+		       bad->message);
+		dvar_free(shown);
 		return;
 	}
 	cli_json_object(j, NULL);
 	cli_json_str(j, "variable", var);
-	free(shown);
+	dvar_free(shown);
 	cli_json_str(j, "file", bad->file);
 	cli_json_u64(j, "offset", bad->offset);
 	cli_json_u64(j, "chunk", bad->chunk);
+	cli_json_bool(j, "unreadable", cannot_read);
 	cli_json_str(j, "message", bad->message);
 	cli_json_end(j);
 }
@@ -94,8 +132,13 @@ static int by_key(const void *a, const void *b)
 
 static void keys_free(keyed *k, size_t n)
 {
-	for (size_t x = 0; k && x < n; x++)
-		free(k[x].key);
+	/* The keys are dvar_short_name's with --short-names, strdup's otherwise. */
+	for (size_t x = 0; k && x < n; x++) {
+		if (short_names)
+			dvar_free(k[x].key);
+		else
+			free(k[x].key);
+	}
 	free(k);
 }
 
@@ -246,19 +289,18 @@ static int report_against(dvar_reader *r, dvar_reader *other, cli_json *j, size_
 		cli_json_array(j, "differences");
 	}
 	int rc = compare_all(r, other, j, &compared, differ);
+	if (rc != CLI_EXIT_OK)
+		return rc; /* reported, which in --json mode ended the document */
 	if (j) {
-		/* A failed digest still closes the document, saying why. */
 		cli_json_end(j);
-		if (rc != CLI_EXIT_OK)
-			cli_json_str(j, "error", cli_dvar_message());
 		cli_json_u64(j, "num_compared", compared);
 		cli_json_u64(j, "num_different", *differ);
-		cli_json_bool(j, "ok", rc == CLI_EXIT_OK && *differ == 0);
+		cli_json_bool(j, "ok", *differ == 0);
 		cli_json_end(j);
-	} else if (rc == CLI_EXIT_OK && *differ == 0) {
+	} else if (*differ == 0) {
 		printf("against %s: %zu variable%s compared: OK\n", against, compared,
 		       compared == 1 ? "" : "s");
-	} else if (rc == CLI_EXIT_OK) {
+	} else {
 		printf("against %s: %zu variable%s compared: %zu differ%s\n", against, compared,
 		       compared == 1 ? "" : "s", *differ, *differ == 1 ? "s" : "");
 	}
@@ -307,28 +349,38 @@ int cmd_verify(int argc, char **argv)
 	cli_progress_end(&pr);
 	pr.enabled = 0; /* the digests' reads of r must not draw the line again */
 	if (rc != DVAR_OK) {
-		if (json) {
-			/* Still one complete document, saying why the walk stopped. */
-			cli_json_end(&j);
-			cli_json_str(&j, "error", cli_dvar_message());
-			cli_json_bool(&j, "ok", 0);
-			cli_json_end(&j);
-		}
+		/* In --json mode this also ends the document, after the chunks found so far. */
 		rc = cli_error_dvar("verify");
 		goto done;
 	}
+	uint64_t num_corrupt = num_bad - num_unreadable;
 	if (json) {
 		cli_json_end(&j);
 		cli_json_u64(&j, "num_variables", n);
 		cli_json_u64(&j, "num_chunks", chunks);
 		cli_json_u64(&j, "bytes", bytes);
-		cli_json_u64(&j, "num_bad", num_bad);
-	} else if (num_bad == 0) {
-		printf("%zu variables, %" PRIu64 " chunks, %" PRIu64 " bytes checked: OK\n", n, chunks,
-		       bytes);
+		cli_json_u64(&j, "num_bad", num_corrupt);
+		cli_json_u64(&j, "num_unreadable", num_unreadable);
 	} else {
-		printf("%zu variables, %" PRIu64 " chunks, %" PRIu64 " bytes checked: %" PRIu64
-		       " bad chunk%s\n", n, chunks, bytes, num_bad, num_bad == 1 ? "" : "s");
+		printf("%zu variable%s, %" PRIu64 " chunk%s, %" PRIu64 " byte%s checked: ", n,
+		       n == 1 ? "" : "s", chunks, chunks == 1 ? "" : "s", bytes, bytes == 1 ? "" : "s");
+		if (num_bad == 0)
+			printf("OK\n");
+		else if (num_unreadable == 0)
+			printf("%" PRIu64 " bad chunk%s\n", num_corrupt, num_corrupt == 1 ? "" : "s");
+		else if (num_corrupt == 0)
+			printf("%" PRIu64 " unreadable chunk%s\n", num_unreadable,
+			       num_unreadable == 1 ? "" : "s");
+		else
+			printf("%" PRIu64 " bad chunk%s, %" PRIu64 " unreadable\n", num_corrupt,
+			       num_corrupt == 1 ? "" : "s", num_unreadable);
+	}
+	/* Unreadable is not corrupt: a runtime error, with the OS's reason. */
+	if (num_unreadable) {
+		rc = cli_error("verify", "%" PRIu64 " chunk%s could not be read, so %s not checked "
+		                         "(%s)", num_unreadable, num_unreadable == 1 ? "" : "s",
+		               num_unreadable == 1 ? "it was" : "they were", unreadable_why);
+		goto done;
 	}
 	rc = other ? report_against(r, other, json ? &j : NULL, &differ) : CLI_EXIT_OK;
 	if (json) {

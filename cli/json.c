@@ -82,9 +82,17 @@ static void put_string(FILE *f, const char *str)
 	put_string_n(f, str, strlen(str));
 }
 
-/* The comma and key before a member. */
-static void member(cli_json *j, const char *key)
+int cli_json_mode;
+
+/* The document being written on stdout, and whether one was completed. */
+static cli_json *open_doc;
+static int doc_done;
+
+/* The comma and key before a member; 0 when the document was closed by an error. */
+static int member(cli_json *j, const char *key)
 {
+	if (j->failed)
+		return 0;
 	if (j->nonempty[j->depth])
 		fputc(',', j->f);
 	j->nonempty[j->depth] = 1;
@@ -92,11 +100,13 @@ static void member(cli_json *j, const char *key)
 		put_string(j->f, key);
 		fputc(':', j->f);
 	}
+	return 1;
 }
 
 static void open_container(cli_json *j, const char *key, char open, char close)
 {
-	member(j, key);
+	if (!member(j, key))
+		return;
 	fputc(open, j->f);
 	j->depth++;
 	j->closer[j->depth] = close;
@@ -107,7 +117,10 @@ void cli_json_begin(cli_json *j, FILE *f)
 {
 	j->f = f;
 	j->depth = 0;
+	j->failed = 0;
 	j->nonempty[0] = 0;
+	if (f == stdout)
+		open_doc = j;
 	open_container(j, NULL, '{', '}');
 	cli_json_i64(j, "schema_version", 1);
 }
@@ -116,6 +129,7 @@ void cli_json_begin_bare(cli_json *j, FILE *f)
 {
 	j->f = f;
 	j->depth = 0;
+	j->failed = 0;
 	j->nonempty[0] = 0;
 	open_container(j, NULL, '{', '}');
 }
@@ -150,14 +164,43 @@ void cli_json_array(cli_json *j, const char *key)
 
 void cli_json_end(cli_json *j)
 {
+	if (j->failed)
+		return;
 	fputc(j->closer[j->depth], j->f);
-	if (--j->depth == 0)
+	if (--j->depth == 0) {
 		fputc('\n', j->f);
+		if (j == open_doc) {
+			open_doc = NULL;
+			doc_done = 1;
+		}
+	}
+}
+
+void cli_json_error(const char *code, const char *message)
+{
+	cli_json fresh, *j = open_doc;
+
+	if (doc_done)
+		return;
+	if (!j) {
+		j = &fresh;
+		cli_json_begin(j, stdout);
+	}
+	while (j->depth > 1)
+		cli_json_end(j);
+	cli_json_bool(j, "ok", 0);
+	cli_json_object(j, "error");
+	cli_json_str(j, "code", code);
+	cli_json_str(j, "message", message);
+	cli_json_end(j);
+	cli_json_end(j);
+	j->failed = 1;
 }
 
 void cli_json_str(cli_json *j, const char *key, const char *value)
 {
-	member(j, key);
+	if (!member(j, key))
+		return;
 	if (value)
 		put_string(j->f, value);
 	else
@@ -166,13 +209,15 @@ void cli_json_str(cli_json *j, const char *key, const char *value)
 
 void cli_json_u64(cli_json *j, const char *key, uint64_t v)
 {
-	member(j, key);
+	if (!member(j, key))
+		return;
 	fprintf(j->f, "%" PRIu64, v);
 }
 
 void cli_json_i64(cli_json *j, const char *key, int64_t v)
 {
-	member(j, key);
+	if (!member(j, key))
+		return;
 	fprintf(j->f, "%" PRId64, v);
 }
 
@@ -180,7 +225,8 @@ void cli_json_real(cli_json *j, const char *key, double v)
 {
 	char buf[40];
 
-	member(j, key);
+	if (!member(j, key))
+		return;
 	if (!isfinite(v)) {
 		fputs("null", j->f);
 		return;
@@ -191,7 +237,8 @@ void cli_json_real(cli_json *j, const char *key, double v)
 
 void cli_json_bool(cli_json *j, const char *key, int v)
 {
-	member(j, key);
+	if (!member(j, key))
+		return;
 	fputs(v ? "true" : "false", j->f);
 }
 
@@ -226,7 +273,8 @@ static void put_base64(FILE *f, const unsigned char *p, size_t n)
 
 void cli_json_bytes(cli_json *j, const char *key, const void *p, uint64_t n)
 {
-	member(j, key);
+	if (!member(j, key))
+		return;
 	if (utf8_valid_n(p, (size_t)n)) {
 		put_string_n(j->f, p, (size_t)n);
 		return;
@@ -238,6 +286,7 @@ void cli_json_bytes(cli_json *j, const char *key, const void *p, uint64_t n)
 
 void cli_json_raw(cli_json *j, const char *key, const char *text)
 {
-	member(j, key);
+	if (!member(j, key))
+		return;
 	fputs(text, j->f);
 }

@@ -2,6 +2,7 @@
  * cli/main.c - the dvar command: the command table, dispatch, `help` and
  * `version`. Each other command lives in its own cmd_<name>.c.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -108,15 +109,24 @@ int main(int argc, char **argv)
 		name = "version";
 	const cli_cmd *c = cli_cmd_find(name);
 	if (!c) {
-		fprintf(stderr, "dvar: '%s' is not a dvar command. See 'dvar help'.\n", argv[1]);
+		char near[256];
+		cli_suggest sg;
+		cli_suggest_init(&sg, argv[1]);
+		for (c = cmds; c->name; c++)
+			cli_suggest_add(&sg, c->name, c->name);
+		fprintf(stderr, "dvar: '%s' is not a dvar command%s See 'dvar help'.\n", argv[1],
+		        sg.n ? cli_suggest_text(&sg, "", near, sizeof(near)) : ".");
 		return CLI_EXIT_USAGE;
 	}
 	argv[1] = (char *)c->name;
 	int rc = c->fn(argc - 1, argv + 1);
 	if (fflush(stdout) != 0 || ferror(stdout)) {
-		/* A full disk or closed pipe must not pass for success. */
-		fprintf(stderr, "dvar %s: writing to stdout failed\n", c->name);
-		return rc == CLI_EXIT_OK ? CLI_EXIT_RUNTIME : rc;
+		/* A full disk or closed pipe must not pass for success; a failure the
+		 * command reported is not reported twice. */
+		if (rc != CLI_EXIT_OK)
+			return rc;
+		fprintf(stderr, "dvar %s: writing to stdout failed: %s\n", c->name, strerror(errno));
+		return CLI_EXIT_RUNTIME;
 	}
 	return rc;
 }

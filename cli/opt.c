@@ -15,6 +15,8 @@ static int is_positional(const cli_opt *o)
 	return o->kind == CLI_OPT_ARG || o->kind == CLI_OPT_ARGS;
 }
 
+static const cli_opt *find_option(const cli_usage *u, const char *name, size_t len);
+
 /* "--chunk-size BYTES" or "OUT" or "NAME=FILE.npy..." as the help lists it. */
 static size_t opt_label(const cli_opt *o, char *buf, size_t cap)
 {
@@ -91,6 +93,11 @@ static void print_help(const cli_usage *u, const char *cmd)
 	printf("  %-*s  show this help\n", width, "-h, --help");
 	if (u->details)
 		printf("\n%s\n", u->details);
+	if (find_option(u, "json", 4))
+		printf("\nWith --json, an error (usage errors too) prints {\"schema_version\":1,\"ok\":false,\n"
+		       "\"error\":{\"code\",\"message\"}}, or ends a document already begun with\n"
+		       "\"ok\":false,\"error\":{...}; code is \"usage\", a library error's name\n"
+		       "(\"DVAR_ENOTFOUND\", \"DVAR_EIO\", ...) or \"runtime\".\n");
 	printf("\nExit status: 0 success, ");
 	if (u->check)
 		printf("1 %s, ", u->check);
@@ -209,8 +216,17 @@ static int parse_long(const cli_usage *u, const char *cmd, int argc, char **argv
 	size_t len = eq ? (size_t)(eq - name) : strlen(name);
 	const cli_opt *o = find_option(u, name, len);
 
-	if (!o)
-		return cli_usage_error(cmd, "unknown option '--%.*s'", (int)len, name);
+	if (!o) {
+		char typed[128], near[512];
+		cli_suggest sg;
+		snprintf(typed, sizeof(typed), "%.*s", (int)len, name);
+		cli_suggest_init(&sg, typed);
+		for (o = u->opts; o->kind != CLI_OPT_END; o++)
+			if (!is_positional(o))
+				cli_suggest_add(&sg, o->name, o->name);
+		return cli_usage_error(cmd, "unknown option '--%s'%s", typed,
+		                       cli_suggest_text(&sg, "--", near, sizeof(near)));
+	}
 	if (o->kind == CLI_OPT_SWITCH) {
 		if (eq)
 			return cli_usage_error(cmd, "--%s takes no value", o->name);
@@ -256,12 +272,15 @@ int cli_parse(const cli_usage *u, int argc, char **argv)
 	const char *cmd = argv[0];
 	int npos = 0, rc;
 
-	/* --help wins over any mistake elsewhere on the line. */
+	/* --help wins over any mistake elsewhere on the line; --json makes even a
+	 * usage error a JSON document. */
 	for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; i++) {
 		if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
 			print_help(u, cmd);
 			return CLI_EXIT_OK;
 		}
+		if (strcmp(argv[i], "--json") == 0 && find_option(u, "json", 4))
+			cli_json_mode = 1;
 	}
 	for (int i = 1; i < argc; i++) {
 		char *a = argv[i];

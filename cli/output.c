@@ -3,6 +3,7 @@
  * lines on stderr in one shape ("dvar <cmd>: <message>"), byte sizes, and
  * values printed with just enough digits to read back exactly.
  */
+#include <ctype.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
@@ -11,11 +12,33 @@
 
 #include "cli.h"
 
-static void verror(const char *cmd, const char *fmt, va_list ap)
+/* The name of a dvar_code as the header spells it, for JSON error documents. */
+static const char *code_name(int code)
 {
-	fprintf(stderr, "dvar %s: ", cmd);
-	vfprintf(stderr, fmt, ap);
-	fputc('\n', stderr);
+	static const char *const names[] = {
+		"DVAR_OK", "DVAR_ERROR", "DVAR_ENOTFOUND", "DVAR_EEXISTS", "DVAR_EINVAL",
+		"DVAR_ENOMEM", "DVAR_EIO", "DVAR_ECORRUPT", "DVAR_EVERSION", "DVAR_ESHAPE",
+		"DVAR_ECOMM", "DVAR_EDEVICE", "DVAR_ENOTSUPP", "DVAR_EMISMATCH", "DVAR_ECANCELED"
+	};
+
+	return code <= 0 && -code < (int)(sizeof(names) / sizeof(names[0])) ? names[-code]
+	                                                                     : "DVAR_ERROR";
+}
+
+/* "dvar <cmd>: <message>" on stderr, and in --json mode the error document. */
+static void report(const char *cmd, const char *code, const char *message)
+{
+	fprintf(stderr, "dvar %s: %s\n", cmd, message);
+	if (cli_json_mode)
+		cli_json_error(code, message);
+}
+
+static void verror(const char *cmd, const char *code, const char *fmt, va_list ap)
+{
+	char message[4096];
+
+	vsnprintf(message, sizeof(message), fmt, ap);
+	report(cmd, code, message);
 }
 
 int cli_usage_error(const char *cmd, const char *fmt, ...)
@@ -23,7 +46,7 @@ int cli_usage_error(const char *cmd, const char *fmt, ...)
 	va_list ap;
 
 	va_start(ap, fmt);
-	verror(cmd, fmt, ap);
+	verror(cmd, "usage", fmt, ap);
 	va_end(ap);
 	fprintf(stderr, "See 'dvar help %s'.\n", cmd);
 	return CLI_EXIT_USAGE;
@@ -34,7 +57,7 @@ int cli_error(const char *cmd, const char *fmt, ...)
 	va_list ap;
 
 	va_start(ap, fmt);
-	verror(cmd, fmt, ap);
+	verror(cmd, "runtime", fmt, ap);
 	va_end(ap);
 	return CLI_EXIT_RUNTIME;
 }
@@ -48,7 +71,77 @@ const char *cli_dvar_message(void)
 
 int cli_error_dvar(const char *cmd)
 {
-	return cli_error(cmd, "%s", cli_dvar_message());
+	report(cmd, code_name(dvar_error_last()->code), cli_dvar_message());
+	return CLI_EXIT_RUNTIME;
+}
+
+/* Levenshtein distance, ignoring ASCII case; SIZE_MAX when out of memory. */
+static size_t edit_distance(const char *a, const char *b)
+{
+	size_t na = strlen(a), nb = strlen(b);
+	size_t *row = malloc((nb + 1) * sizeof(*row));
+
+	if (!row)
+		return SIZE_MAX;
+	for (size_t k = 0; k <= nb; k++)
+		row[k] = k;
+	for (size_t i = 1; i <= na; i++) {
+		size_t diag = row[0];
+		row[0] = i;
+		for (size_t k = 1; k <= nb; k++) {
+			size_t up = row[k];
+			size_t best = diag + (tolower((unsigned char)a[i - 1]) !=
+			                      tolower((unsigned char)b[k - 1]));
+			if (up + 1 < best)
+				best = up + 1;
+			if (row[k - 1] + 1 < best)
+				best = row[k - 1] + 1;
+			diag = up;
+			row[k] = best;
+		}
+	}
+	size_t d = row[nb];
+	free(row);
+	return d;
+}
+
+void cli_suggest_init(cli_suggest *s, const char *typed)
+{
+	size_t limit = strlen(typed) / 3;
+
+	s->typed = typed;
+	s->n = 0;
+	s->dist = limit ? limit : 1; /* the farthest a suggestion may be */
+}
+
+void cli_suggest_add(cli_suggest *s, const char *name, const char *compared)
+{
+	size_t d = edit_distance(s->typed, compared);
+
+	if (d > s->dist)
+		return;
+	if (d < s->dist) {
+		s->dist = d;
+		s->n = 0;
+	}
+	for (int k = 0; k < s->n; k++)
+		if (strcmp(s->names[k], name) == 0)
+			return;
+	if (s->n < CLI_SUGGEST_MAX)
+		s->names[s->n++] = name;
+}
+
+const char *cli_suggest_text(const cli_suggest *s, const char *prefix, char *buf, size_t cap)
+{
+	size_t at = 0;
+
+	buf[0] = '\0';
+	for (int k = 0; k < s->n && at < cap; k++)
+		at += (size_t)snprintf(buf + at, cap - at, "%s'%s%s'", k == 0 ? "; did you mean " :
+		                       k + 1 == s->n ? " or " : ", ", prefix, s->names[k]);
+	if (s->n && at < cap)
+		snprintf(buf + at, cap - at, "?");
+	return buf;
 }
 
 void cli_format_bytes(char *buf, size_t cap, uint64_t bytes)

@@ -47,6 +47,9 @@ int cli_find_var(const char *cmd, const dvar_reader *r, const char *name, int sh
 	char *message = strdup(cli_dvar_message());
 	if (!message)
 		return cli_error(cmd, "out of memory");
+	cli_suggest sg;
+	char near[1024];
+	cli_suggest_init(&sg, name);
 	for (size_t i = 0; i < dvar_reader_num_vars(r); i++) {
 		if (dvar_reader_var(r, i, &v) != DVAR_OK)
 			continue;
@@ -55,7 +58,11 @@ int cli_find_var(const char *cmd, const dvar_reader *r, const char *name, int sh
 			if (count++ == 0)
 				match = i;
 		}
-		free(s);
+		/* A TF key is also measured by its short name: "dense/kernal" is near it. */
+		cli_suggest_add(&sg, v.name, v.name);
+		if (s)
+			cli_suggest_add(&sg, v.name, s);
+		dvar_free(s);
 	}
 	int rc = CLI_EXIT_OK;
 	if (count == 1 && dvar_reader_var(r, match, &v) == DVAR_OK) {
@@ -67,7 +74,7 @@ int cli_find_var(const char *cmd, const dvar_reader *r, const char *name, int sh
 		rc = cli_error(cmd, "%s; '%s' is the short name of %zu variables: give the full name",
 		               message, name, count);
 	} else {
-		rc = cli_error(cmd, "%s", message);
+		rc = cli_error(cmd, "%s%s", message, cli_suggest_text(&sg, "", near, sizeof(near)));
 	}
 	free(message);
 	return rc;

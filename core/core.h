@@ -43,6 +43,22 @@ int dvar_error_restore(int code, const char *message);
 
 #define DVAR_ERROR_MESSAGE_MAX 1024
 
+/**
+ * Check the version of an options or spec struct (what: its type name): every
+ * version from 1 to current is accepted, so that a program built against an
+ * older header keeps working when the struct grows; anything else is
+ * DVAR_EINVAL with one message for every struct.
+ */
+int dvar_check_version(const char *what, unsigned int version, unsigned int current);
+
+/**
+ * The body of a public dvar_x_options_init: check version as
+ * dvar_check_version does, then copy tmpl (the struct's _INIT value, size
+ * bytes) to opts and set its first field, version, to the one asked for.
+ */
+int dvar_options_init(void *opts, size_t size, const void *tmpl, const char *what,
+                      unsigned int version, unsigned int current);
+
 /* ---------------------------------------------------------------- crc32c */
 
 /* dvar_crc32c_extend is public (dvar/core.h). */

@@ -134,3 +134,27 @@ int dvar_error_restore(int code, const char *message)
 	err_code = code;
 	return code;
 }
+
+int dvar_check_version(const char *what, unsigned int version, unsigned int current)
+{
+	if (version < 1 || version > current)
+		return dvar_error_set(DVAR_EINVAL, "%s: version %u is not one this library knows "
+		                      "(1 to %u); initialize it with its _INIT macro or %s_init",
+		                      what, version, current, what);
+	return DVAR_OK;
+}
+
+int dvar_options_init(void *opts, size_t size, const void *tmpl, const char *what,
+                      unsigned int version, unsigned int current)
+{
+	int rc;
+
+	if (!opts)
+		return dvar_error_set(DVAR_EINVAL, "%s_init: NULL argument", what);
+	if ((rc = dvar_check_version(what, version, current)) != DVAR_OK)
+		return rc;
+	memcpy(opts, tmpl, size);
+	/* Every options and spec struct starts with its version. */
+	*(unsigned int *)opts = version;
+	return DVAR_OK;
+}

@@ -1,7 +1,7 @@
 /*
  * core/mem.c - page-aligned allocations (core.h): variable components,
  * staging buffers and writer buffers, so O_DIRECT writes take them as they
- * are.
+ * are; and dvar_free, for what the library hands out.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -21,4 +21,11 @@ void *dvar_page_alloc(size_t size, int zero)
 	if (zero)
 		memset(p, 0, size);
 	return p;
+}
+
+/* The library's own free(), so a program linked with another allocator
+ * releases the library's memory with the allocator that made it. */
+void dvar_free(void *p)
+{
+	free(p);
 }

@@ -21,9 +21,10 @@ fail() {
 	exit 1
 }
 # Show a command before running it, as if typed (paths shortened); with
-# -o FILE its output goes to FILE.
+# -o FILE its output goes to FILE. Without it the output goes to the inherited
+# stdout: redirecting to /dev/stdout would reopen, and so truncate, a log file.
 show() {
-	local out=/dev/stdout line
+	local out= line
 	if [ "$1" = -o ]; then
 		out=$2
 		shift 2
@@ -31,8 +32,13 @@ show() {
 	line="$*"
 	line=${line//$build\//}
 	line=${line//$work\//}
-	if [ "$out" = /dev/stdout ]; then echo "\$ $line"; else echo "\$ $line > $out"; fi
-	"$@" >"$out"
+	if [ -z "$out" ]; then
+		echo "\$ $line"
+		"$@"
+	else
+		echo "\$ $line > $out"
+		"$@" >"$out"
+	fi
 }
 # Print a line of dvar-train's JSON summary in FILE: report FILE FORMAT,
 # FORMAT in Python's str.format over the summary's fields.

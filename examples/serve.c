@@ -119,10 +119,8 @@ static int map_var(dvar_reader *r, size_t i, const char *name, uint32_t flags, d
 {
 	int rc = dvar_reader_map(r, i, DVAR_MAP_WHOLE, flags, m);
 
-	if (rc == DVAR_ENOTSUPP)
-		fail("%s: cannot map %s: %s; export it first: dvar export --single-shard IN OUT",
-		     dvar_reader_path(r), name, dvar_message(rc));
-	else if (rc != DVAR_OK)
+	/* The library's message already says how to fix an unmappable variable. */
+	if (rc != DVAR_OK)
 		fail("%s: cannot map %s: %s", dvar_reader_path(r), name, dvar_message(rc));
 	return rc == DVAR_OK ? 0 : -1;
 }

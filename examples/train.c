@@ -55,7 +55,7 @@ typedef struct {
 	dvar_input_iterator *it;
 	dvar_sharded_variable *emb;
 	dvar_variable *vars[5]; /* kernel, bias, loss, examples, correct: the manager's list */
-	dvar_checkpoint_manager *m;
+	dvar_manager *m;
 	int64_t step;           /* MODEL_STEP's value */
 	/* The seed makes the data: a resume with another would train on other
 	 * examples without a word, so it is saved and checked. */

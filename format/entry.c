@@ -58,6 +58,13 @@ int dvar_bytes_put_u32(dvar_bytes *b, uint32_t v)
 	return dvar_bytes_put(b, buf, 4);
 }
 
+int dvar_key_cmp(const void *a, size_t alen, const void *b, size_t blen)
+{
+	size_t n = alen < blen ? alen : blen;
+	int c = n ? memcmp(a, b, n) : 0; /* the header's key "" may have no bytes at all */
+	return c ? c : (alen > blen) - (alen < blen);
+}
+
 int dvar_key_var(dvar_bytes *out, const char *name)
 {
 	int rc = dvar_bytes_put(out, "v", 1);
@@ -494,7 +501,7 @@ void dvar_data_file_name(char *buf, size_t cap, uint32_t file, uint32_t num_file
 int dvar_var_check(const dvar_var_entry *v, uint32_t num_files, const char *what)
 {
 	uint64_t raw = 0, stored = 0;
-	int64_t rows_end = 0; /* the end row of the slices checked so far */
+	int64_t rows_end = 0; /* of the slices checked so far (dvar_slice_overlaps) */
 	size_t esize = dvar_dtype_size(v->dtype);
 	uint64_t dummy;
 	if (dvar_shape_num_bytes(&v->shape, v->dtype, &dummy))
@@ -522,17 +529,10 @@ int dvar_var_check(const dvar_var_entry *v, uint32_t num_files, const char *what
 		raw += s->raw_bytes;
 		for (size_t c = 0; c < s->num_chunks; c++)
 			stored += s->chunks[c].stored;
-		/* Slices in row order (as reshard writes thousands) need no pairwise look. */
-		int after = s->slice.rank > 0 && s->slice.start[0] >= rows_end;
-		if (s->slice.rank > 0 && s->slice.start[0] + s->slice.length[0] > rows_end)
-			rows_end = s->slice.start[0] + s->slice.length[0];
-		for (size_t k = 0; !after && k < j; k++) {
-			dvar_slice x;
-			if (dvar_slice_intersect(&s->slice, &v->slices[k].slice, &x) == 1 &&
-			    dvar_slice_num_elements(&x, &n) == DVAR_OK && n)
-				return dvar_error_set(DVAR_ECORRUPT, "%s of variable '%s': saved slices "
-				                      "#%zu and #%zu overlap", what, v->name, k, j);
-		}
+		size_t k;
+		if (dvar_slice_overlaps(&s->slice, v->slices, j, sizeof(*v->slices), &rows_end, &k))
+			return dvar_error_set(DVAR_ECORRUPT, "%s of variable '%s': saved slices "
+			                      "#%zu and #%zu overlap", what, v->name, k, j);
 	}
 	if (raw != v->raw_bytes || stored != v->stored_bytes)
 		return dvar_error_set(DVAR_ECORRUPT, "%s of variable '%s': byte counts do not "

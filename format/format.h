@@ -45,7 +45,7 @@ typedef struct {
 
 /* One saved slice of a variable. */
 typedef struct {
-	dvar_slice slice;
+	dvar_slice slice;      /* first: dvar_slice_overlaps reads arrays of entries as slices */
 	uint32_t file;         /* data file id */
 	uint64_t chunk_size;   /* raw bytes per chunk (the last may be shorter) */
 	uint64_t raw_bytes;    /* the slice's byte count */
@@ -72,9 +72,8 @@ typedef struct {
 	dvar_slice_entry *slices;
 	size_t num_attrs;
 	dvar_attr *attrs;      /* sorted by key (bytewise), keys unique */
-	/* Writer: the end row of the slices added so far while each began at or
-	 * after the previous one's end, so that a slice beginning at or after it
-	 * overlaps none (a reshard adds thousands); -1 once they did not. */
+	/* Writer: the largest end row of the slices added so far
+	 * (dvar_slice_overlaps). */
 	int64_t rows_end;
 } dvar_var_entry;
 
@@ -102,6 +101,8 @@ int dvar_bytes_put_varint(dvar_bytes *b, uint64_t v);
 int dvar_bytes_put_u32(dvar_bytes *b, uint32_t v);
 
 /* Index keys: "" (header), "v"+name (variable), "s"+name+"\0"+u32 BE (slice). */
+/* LevelDB's order of keys (bytewise, a prefix first): <0, 0, >0. */
+int dvar_key_cmp(const void *a, size_t alen, const void *b, size_t blen);
 int dvar_key_var(dvar_bytes *out, const char *name);
 int dvar_key_slice(dvar_bytes *out, const char *name, uint32_t j);
 
@@ -158,6 +159,47 @@ uint32_t dvar_chunk_num_blocks(const dvar_slice_entry *s, size_t i);
 /* "data-00001-of-00004" into buf (at least 32 bytes). */
 void dvar_data_file_name(char *buf, size_t cap, uint32_t file, uint32_t num_files);
 
+/* ---------------------------------------------------------------- slices.c */
+
+/*
+ * Whether slice s shares an element with one of the n slices at base, each
+ * stride bytes after the one before (dvar_slice, or dvar_slice_entry): 1
+ * with *which the first such, 0 when none. *rows_end is the largest end row
+ * of those n (0 for none): a slice starting at or after it overlaps none,
+ * so slices added in row order (a reshard adds thousands) cost one step
+ * each instead of a look at every earlier one. It is raised to s's end row
+ * here; raising it for a slice that is then not kept costs speed only.
+ * The caller picks the error: a writer's caller adding an overlapping
+ * slice is DVAR_ESHAPE (DVAR_EINVAL in tfwriter.c, as TensorFlow's
+ * AddSlice checks say), an index read from disk that has one DVAR_ECORRUPT.
+ */
+int dvar_slice_overlaps(const dvar_slice *s, const void *base, size_t n, size_t stride,
+                        int64_t *rows_end, size_t *which);
+
+/* s as messages name it ("4,6:-", "(scalar)"), into buf (256 bytes suffice). */
+void dvar_slice_describe(char *buf, size_t cap, const dvar_slice *s, const dvar_shape *full);
+
+/*
+ * A slice whose bytes come in pieces (begin, writes, end), counted the same
+ * way by both writers. Messages name it "slice 4,6:-", or `whole` (a static
+ * string: "the whole variable") when it covers its variable.
+ */
+typedef struct {
+	int open;
+	uint64_t bytes;         /* what the slice holds */
+	uint64_t done;          /* bytes received so far */
+	dvar_slice slice;
+	dvar_shape shape;
+	const char *whole;
+} dvar_stream;
+
+void dvar_stream_begin(dvar_stream *st, const dvar_slice *s, const dvar_shape *full,
+                       uint64_t bytes, const char *whole);
+/* Count len more bytes; DVAR_EINVAL when they pass the slice's end. */
+int dvar_stream_take(dvar_stream *st, size_t len);
+/* Close the slice; DVAR_EINVAL (still open) when bytes are missing. */
+int dvar_stream_end(dvar_stream *st);
+
 /* ---------------------------------------------------------------- index.cc */
 
 typedef struct dvar_index_builder dvar_index_builder;
@@ -189,6 +231,7 @@ extern void (*dvar__fault_hook)(const char *point);
 #define DVAR_FAULT_POINT(name) do { if (dvar__fault_hook) dvar__fault_hook(name); } while (0)
 
 char *dvar_path_join(const char *a, const char *b);           /* malloc'ed; NULL on ENOMEM */
+char *dvar_path_parent(const char *path);                      /* its directory ("." for none); likewise */
 int dvar_fs_exists(const char *path);                         /* 1 / 0 */
 int dvar_fs_is_dir(const char *path);                         /* 1 / 0 */
 int dvar_fs_mkdirs(const char *path);
@@ -283,8 +326,8 @@ int dvar_root_publish(const char *root, const char *name, int keep_last);
 /* Variable i's entry as the reader holds it (NULL when out of range), and
  * whether it reads a TensorFlow checkpoint: for restore/digest.c, which
  * combines chunk checksums without reading. */
-const dvar_var_entry *dvar_reader__entry(const dvar_reader *r, size_t i);
-int dvar_reader__is_tf(const dvar_reader *r);
+const dvar_var_entry *dvar_reader_entry(const dvar_reader *r, size_t i);
+int dvar_reader_is_tf(const dvar_reader *r);
 
 DVAR_END_DECL
 

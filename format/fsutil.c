@@ -37,6 +37,14 @@ char *dvar_path_join(const char *a, const char *b)
 	return p;
 }
 
+char *dvar_path_parent(const char *path)
+{
+	const char *slash = strrchr(path, '/');
+	if (!slash)
+		return strdup(".");
+	return strndup(path, slash == path ? 1 : (size_t)(slash - path));
+}
+
 int dvar_fs_exists(const char *path)
 {
 	struct stat st;

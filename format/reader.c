@@ -232,15 +232,22 @@ static int open_files(dvar_reader *r)
 	return DVAR_OK;
 }
 
+int dvar_read_options_init(dvar_read_options *opts, unsigned int version)
+{
+	static const dvar_read_options init = DVAR_READ_OPTIONS_INIT;
+	return dvar_options_init(opts, sizeof *opts, &init, "dvar_read_options", version,
+	                         DVAR_READ_OPTIONS_VERSION);
+}
+
 int dvar_reader_open(dvar_reader **out, const char *path, const dvar_read_options *opts)
 {
 	if (!out || !path)
 		return dvar_error_set(DVAR_EINVAL, "dvar_reader_open: NULL argument");
 	*out = NULL;
 	dvar_read_options def = DVAR_READ_OPTIONS_INIT;
-	if (opts && opts->version != DVAR_READ_OPTIONS_VERSION)
-		return dvar_error_set(DVAR_EINVAL, "read options version %u, expected %u", opts->version,
-		                      DVAR_READ_OPTIONS_VERSION);
+	if (opts &&
+	    dvar_check_version("dvar_read_options", opts->version, DVAR_READ_OPTIONS_VERSION))
+		return DVAR_EINVAL;
 	dvar_reader *r = calloc(1, sizeof(*r));
 	scan_state st = { r, 0, NULL, 0, 0, 0 };
 	char *index = NULL;
@@ -863,7 +870,7 @@ static int check_coverage(const dvar_var_entry *v, const dvar_slice *want)
 	                      v->num_slices, (unsigned long long)(need - got), (unsigned long long)need);
 }
 
-int dvar_reader_read(dvar_reader *r, size_t i, const dvar_slice *slice, void *dst, uint64_t dst_bytes)
+int dvar_reader_read(dvar_reader *r, size_t i, const dvar_slice *slice, void *dst, size_t dst_bytes)
 {
 	int rc = check_var_index(r, i);
 	if (rc)
@@ -914,7 +921,7 @@ int dvar_reader_read(dvar_reader *r, size_t i, const dvar_slice *slice, void *ds
 /* ---------------------------------------------------------------- strings */
 
 int dvar_reader_read_strings(dvar_reader *r, size_t i, uint64_t *lens, uint64_t n, void *bytes,
-                             uint64_t cap, uint64_t *total)
+                             size_t cap, uint64_t *total)
 {
 	int rc = check_var_index(r, i);
 	if (rc)
@@ -1168,7 +1175,7 @@ int dvar_reader_map(dvar_reader *r, size_t i, size_t j, uint32_t flags, dvar_map
 		atomic_fetch_add(&r->bytes_read, s->raw_bytes);
 	}
 	out->data = data;
-	out->size = s->raw_bytes;
+	out->size = (size_t)s->raw_bytes;
 	out->base_ = m;
 	out->length_ = length;
 	return DVAR_OK;
@@ -1185,12 +1192,12 @@ void dvar_reader_unmap(dvar_mapping *m)
 
 /* ---------------------------------------------------------------- private */
 
-const dvar_var_entry *dvar_reader__entry(const dvar_reader *r, size_t i)
+const dvar_var_entry *dvar_reader_entry(const dvar_reader *r, size_t i)
 {
 	return i < r->num_vars ? &r->vars[i] : NULL;
 }
 
-int dvar_reader__is_tf(const dvar_reader *r)
+int dvar_reader_is_tf(const dvar_reader *r)
 {
 	return r->is_tf;
 }

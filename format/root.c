@@ -31,7 +31,7 @@ static int check_name(const char *path, const char *name)
 
 int dvar_pointer_read(dvar_checkpoint_state *out, const char *root)
 {
-	int rc = dvar_checkpoint_state_read(root, out);
+	int rc = dvar_checkpoint_state_read(out, root);
 	if (rc)
 		return rc;
 	char *path = dvar_path_join(root, DVAR_POINTER_NAME);

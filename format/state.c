@@ -345,7 +345,7 @@ int dvar_checkpoint_state_parse(dvar_checkpoint_state *out, const char *text, si
 	return rc;
 }
 
-int dvar_checkpoint_state_read(const char *dir, dvar_checkpoint_state *out)
+int dvar_checkpoint_state_read(dvar_checkpoint_state *out, const char *dir)
 {
 	if (!out || !dir)
 		return dvar_error_set(DVAR_EINVAL, "dvar_checkpoint_state_read: NULL argument");

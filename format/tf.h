@@ -1,9 +1,10 @@
 /*
  * format/tf.h - private to libdvar: TensorFlow's TensorBundle (the V2
  * checkpoint: PREFIX.index, a LevelDB table, plus PREFIX.data-NNNNN-of-MMMMM)
- * at the level of bytes: the protobuf messages its index holds, the keys of
- * sliced tensors, its masked checksums, the string tensors' layout, and the
- * `checkpoint` state file. The reader (reader.c) presents a bundle as a dvar
+ * at the level of bytes: the protobuf messages its index holds and the
+ * string tensors' layout (tfproto.c), the keys of sliced tensors
+ * (slicekey.c), its masked checksums, locating a bundle and opening its
+ * index (tf.c). The reader (reader.c) presents a bundle as a dvar
  * checkpoint through these; the TensorBundle writer (tfwriter.c) encodes
  * with them. ../shared/reference/tf-behavior.md §4 is the specification;
  * docs/FORMAT.md, "TensorFlow checkpoints", says what dvar does with it.
@@ -123,6 +124,10 @@ int dvar_tf_slice_key_encode(dvar_bytes *out, const char *full_key, size_t full_
  */
 int dvar_tf_slice_key_decode(const void *key, size_t klen, char **full_key, size_t *full_len,
                              dvar_tf_slice *slice);
+
+/* A key (n bytes) as text for messages into buf (cap bytes): printable
+ * ASCII as is, other bytes as \xNN, "..." where it is cut. */
+void dvar_tf_key_printable(const unsigned char *p, size_t n, char *buf, size_t cap);
 
 /* ---------------------------------------------------------------- strings */
 

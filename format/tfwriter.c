@@ -35,6 +35,7 @@ typedef struct {
 	dvar_tf_entry e;      /* for a full entry: dtype, shape and slices only */
 	dvar_slice *dslices;  /* a full entry's slices as dvar slices (e.num_slices) */
 	size_t cap_slices;
+	int64_t rows_end;     /* of dslices (dvar_slice_overlaps) */
 } tf_item;
 
 struct dvar_tf_writer {
@@ -43,6 +44,10 @@ struct dvar_tf_writer {
 	char *data_tmp, *index_tmp;    /* what is written until the commit */
 	char *dir;                     /* dirname(prefix), fsynced after the renames */
 	char *made_dir;                /* the topmost directory open created, or NULL */
+	int sync;                      /* fsync the files (not DVAR_WRITE_NO_FSYNC) */
+	dvar_progress_fn progress;
+	void *progress_userdata;
+	double last_progress;
 	int fd;
 	uint64_t size;                 /* bytes in the data file, buffered ones included */
 
@@ -56,10 +61,9 @@ struct dvar_tf_writer {
 
 	/* The open tensor (dvar_tf_writer_begin): the entry of items[open_item]
 	 * receives offset, size and checksum at the end. */
-	int open;
+	dvar_stream stream;
 	size_t open_item;              /* the entry receiving the bytes */
 	size_t open_name;              /* the item whose key names it (a slice's: the full entry) */
-	uint64_t open_bytes, open_done;
 	uint32_t open_crc;
 
 	int broken;
@@ -204,11 +208,13 @@ static void unmake_dir(const char *dir, const char *made)
 	free(p);
 }
 
-int dvar_tf_writer_open(dvar_tf_writer **out, const char *prefix)
+int dvar_tf_writer_open(dvar_tf_writer **out, const char *prefix, const dvar_write_options *opts)
 {
 	if (!out || !prefix)
 		return dvar_error_set(DVAR_EINVAL, "dvar_tf_writer_open: NULL argument");
 	*out = NULL;
+	if (opts && dvar_check_version("dvar_write_options", opts->version, DVAR_WRITE_OPTIONS_VERSION))
+		return DVAR_EINVAL;
 	size_t n = strlen(prefix);
 	if (!n || prefix[n - 1] == '/')
 		return dvar_error_set(DVAR_EINVAL, "TensorFlow checkpoint prefix '%s' must name files "
@@ -218,11 +224,13 @@ int dvar_tf_writer_open(dvar_tf_writer **out, const char *prefix)
 	if (!w)
 		return dvar_error_set(DVAR_ENOMEM, "out of memory");
 	w->fd = -1;
-	const char *slash = strrchr(prefix, '/');
+	w->sync = !opts || !(opts->flags & DVAR_WRITE_NO_FSYNC);
+	if (opts) {
+		w->progress = opts->progress;
+		w->progress_userdata = opts->progress_userdata;
+	}
 	if (!(w->prefix = strdup(prefix)) || !(w->index_path = dvar_tf_concat(prefix, ".index")) ||
-	    !(w->data_path = dvar_tf_data_path(prefix, 0, 1)) ||
-	    !(w->dir = slash ? strndup(prefix, slash == prefix ? 1 : (size_t)(slash - prefix))
-	                     : strdup(".")) ||
+	    !(w->data_path = dvar_tf_data_path(prefix, 0, 1)) || !(w->dir = dvar_path_parent(prefix)) ||
 	    !(w->buf = malloc(WRITE_BUFFER))) {
 		rc = dvar_error_set(DVAR_ENOMEM, "out of memory");
 		goto fail;
@@ -267,18 +275,11 @@ static int check_usable(const dvar_tf_writer *w)
 	if (w->broken)
 		return dvar_error_set(DVAR_EINVAL, "writer of TensorFlow checkpoint '%s' is unusable "
 		                      "after an earlier error", w->prefix);
-	if (w->open)
+	if (w->stream.open)
 		return dvar_error_set(DVAR_EINVAL, "writer of TensorFlow checkpoint '%s': tensor '%s' is "
 		                      "open; dvar_tf_writer_end must come first", w->prefix,
 		                      w->items[w->open_name].key);
 	return DVAR_OK;
-}
-
-static void describe_slice(char *buf, size_t cap, const dvar_slice *s, const dvar_shape *full)
-{
-	dvar_slice_format(s, full, buf, cap);
-	if (!*buf)
-		snprintf(buf, cap, "(scalar)");
 }
 
 /*
@@ -299,7 +300,7 @@ static int tf_slice_of(const dvar_slice *s, const dvar_shape *full, const char *
 		}
 		if (s->length[d] == 0) {
 			char sl[256];
-			describe_slice(sl, sizeof(sl), s, full);
+			dvar_slice_describe(sl, sizeof(sl), s, full);
 			return dvar_error_set(DVAR_EINVAL, "tensor '%s': slice %s has length 0 in dimension %d "
 			                      "of size %lld; TensorFlow's slices have positive lengths", key,
 			                      sl, (int)d, (long long)full->dims[d]);
@@ -362,16 +363,13 @@ static int check_slice(dvar_tf_writer *w, const char *key, size_t klen, int dtyp
 		                      "one as %s %s", key, dvar_dtype_name(full->e.dtype), a,
 		                      dvar_dtype_name(dtype), b);
 	}
-	for (size_t j = 0; j < full->e.num_slices; j++) {
-		dvar_slice x;
-		uint64_t n = 0;
-		if (dvar_slice_intersect(&full->dslices[j], sl, &x) == 1 &&
-		    dvar_slice_num_elements(&x, &n) == DVAR_OK && n > 0) {
-			describe_slice(a, sizeof(a), sl, shape);
-			describe_slice(b, sizeof(b), &full->dslices[j], shape);
-			return dvar_error_set(DVAR_EINVAL, "tensor '%s': slice %s overlaps slice %s added "
-			                      "before", key, a, b);
-		}
+	size_t j;
+	if (dvar_slice_overlaps(sl, full->dslices, full->e.num_slices, sizeof(*full->dslices),
+	                        &full->rows_end, &j)) {
+		dvar_slice_describe(a, sizeof(a), sl, shape);
+		dvar_slice_describe(b, sizeof(b), &full->dslices[j], shape);
+		return dvar_error_set(DVAR_EINVAL, "tensor '%s': slice %s overlaps slice %s added "
+		                      "before", key, a, b);
 	}
 	return DVAR_OK;
 }
@@ -389,6 +387,10 @@ static int add_slice(dvar_tf_writer *w, const char *key, size_t klen, int dtype,
 		it->e.dtype = dtype;
 		it->e.shape = *shape;
 		created = 1;
+		/* Its first slice overlaps nothing (check_slice had no entry to look
+		 * at) but sets its rows_end. */
+		size_t j;
+		dvar_slice_overlaps(sl, it->dslices, 0, sizeof(*sl), &it->rows_end, &j);
 	}
 	if (it->e.num_slices == it->cap_slices) {
 		size_t cap = it->cap_slices ? it->cap_slices * 2 : 4;
@@ -471,10 +473,8 @@ int dvar_tf_writer_begin(dvar_tf_writer *w, const char *key, int dtype, const dv
 	it->e.shape = sshape;
 	it->e.shard_id = 0;
 	it->e.offset = (int64_t)w->size;
-	w->open = 1;
+	dvar_stream_begin(&w->stream, &sl, &shape, bytes, "it");
 	w->open_item = item;
-	w->open_bytes = bytes;
-	w->open_done = 0;
 	w->open_crc = 0;
 	return DVAR_OK;
 }
@@ -492,8 +492,18 @@ static int flush_buffer(dvar_tf_writer *w)
 static int fail_open(dvar_tf_writer *w)
 {
 	w->broken = 1;
-	w->open = 0;
+	w->stream.open = 0;
 	return dvar_error_prefix("tensor '%s'", w->items[w->open_name].key);
+}
+
+/* The bytes of the data file so far, at most six times a second. */
+static void report_progress(dvar_tf_writer *w)
+{
+	double now = dvar_now();
+	if (!w->progress || now - w->last_progress < 1.0 / 6)
+		return;
+	w->last_progress = now;
+	w->progress(w->progress_userdata, w->size, 0);
 }
 
 /* len bytes at p onto the end of the data file, through the write buffer. */
@@ -505,6 +515,7 @@ static int append(dvar_tf_writer *w, const unsigned char *p, size_t len)
 			int rc = dvar_fs_pwrite_all(w->fd, p, len, w->size, w->data_path);
 			if (!rc)
 				w->size += len;
+			report_progress(w);
 			return rc;
 		}
 		size_t n = WRITE_BUFFER - w->buf_len < len ? WRITE_BUFFER - w->buf_len : len;
@@ -519,6 +530,7 @@ static int append(dvar_tf_writer *w, const unsigned char *p, size_t len)
 				return rc;
 		}
 	}
+	report_progress(w);
 	return DVAR_OK;
 }
 
@@ -526,17 +538,12 @@ int dvar_tf_writer_write(dvar_tf_writer *w, const void *data, size_t len)
 {
 	if (!w || (!data && len))
 		return dvar_error_set(DVAR_EINVAL, "dvar_tf_writer_write: NULL argument");
-	if (!w->open)
+	if (!w->stream.open)
 		return dvar_error_set(DVAR_EINVAL, "writer of TensorFlow checkpoint '%s': no tensor is "
 		                      "open (dvar_tf_writer_begin)", w->prefix);
-	if (len > w->open_bytes - w->open_done) {
-		dvar_error_set(DVAR_EINVAL, "it holds %llu bytes; %llu were written and %zu more were "
-		               "given", (unsigned long long)w->open_bytes,
-		               (unsigned long long)w->open_done, len);
+	if (dvar_stream_take(&w->stream, len))
 		return fail_open(w);
-	}
 	w->open_crc = dvar_crc32c_extend(w->open_crc, data, len);
-	w->open_done += len;
 	if (append(w, data, len))
 		return fail_open(w);
 	return DVAR_OK;
@@ -546,18 +553,14 @@ int dvar_tf_writer_end(dvar_tf_writer *w)
 {
 	if (!w)
 		return dvar_error_set(DVAR_EINVAL, "dvar_tf_writer_end: NULL writer");
-	if (!w->open)
+	if (!w->stream.open)
 		return dvar_error_set(DVAR_EINVAL, "writer of TensorFlow checkpoint '%s': no tensor is "
 		                      "open (dvar_tf_writer_begin)", w->prefix);
-	if (w->open_done != w->open_bytes) {
-		dvar_error_set(DVAR_EINVAL, "it holds %llu bytes; only %llu were written",
-		               (unsigned long long)w->open_bytes, (unsigned long long)w->open_done);
+	if (dvar_stream_end(&w->stream))
 		return fail_open(w);
-	}
 	dvar_tf_entry *e = &w->items[w->open_item].e;
-	e->size = (int64_t)w->open_bytes;
+	e->size = (int64_t)w->stream.bytes;
 	e->crc32c = dvar_tf_crc_mask(w->open_crc);
-	w->open = 0;
 	return DVAR_OK;
 }
 
@@ -581,7 +584,7 @@ int dvar_tf_writer_add(dvar_tf_writer *w, const char *key, int dtype, const dvar
 	}
 	if ((rc = dvar_tf_writer_begin(w, key, dtype, full, slice)))
 		return rc;
-	if ((rc = dvar_tf_writer_write(w, data, (size_t)w->open_bytes)))
+	if ((rc = dvar_tf_writer_write(w, data, (size_t)w->stream.bytes)))
 		return rc;
 	return dvar_tf_writer_end(w);
 }
@@ -654,9 +657,7 @@ typedef struct {
 static int kv_cmp(const void *a, const void *b)
 {
 	const kv *x = a, *y = b;
-	size_t n = x->klen < y->klen ? x->klen : y->klen;
-	int c = n ? memcmp(x->key, y->key, n) : 0;
-	return c ? c : (x->klen > y->klen) - (x->klen < y->klen);
+	return dvar_key_cmp(x->key, x->klen, y->key, y->klen);
 }
 
 /* The index table at path: the header, then every entry in bytewise key order. */
@@ -707,7 +708,7 @@ static int commit(dvar_tf_writer *w)
 	int rc;
 	if ((rc = flush_buffer(w)))
 		return rc;
-	if (fsync(w->fd) != 0)
+	if (w->sync && fsync(w->fd) != 0)
 		return dvar_error_set_errno(DVAR_EIO, errno, "fsync '%s'", w->data_path);
 	if (close(w->fd) != 0) {
 		w->fd = -1;
@@ -729,7 +730,7 @@ static int commit(dvar_tf_writer *w)
 	w->committed = 1;
 	free(w->made_dir); /* nothing to remove any more */
 	w->made_dir = NULL;
-	return dvar_fs_fsync_path(w->dir);
+	return w->sync ? dvar_fs_fsync_path(w->dir) : DVAR_OK;
 }
 
 int dvar_tf_writer_commit(dvar_tf_writer *w)

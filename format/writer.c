@@ -11,8 +11,8 @@
  *
  * A checkpoint is written by one or more parts: each part (a process, or a
  * writer within one) writes its own data file into a shared staging
- * directory and encodes its entries; one part, the chief, decodes and checks
- * everyone's entries, writes the index and commits. dvar_writer_open and
+ * directory; parts.c encodes its entries and, in the chief, gathers
+ * everyone's, writes the index and commits. dvar_writer_open and
  * dvar_writer_commit are the one-part case, whose staging directory is
  * private to the writer (a temporary name of this process, format.h) and
  * removed by dvar_writer_free when not committed. A shared staging directory belongs to
@@ -31,7 +31,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "format/format.h"
+#include "format/writer.h"
 
 /* Chunks at least this large go through O_DIRECT, which writes 2-3x faster
  * than the page cache here; small ones are buffered to avoid a synchronous
@@ -46,49 +46,6 @@
  * on two cores, element-sparse data (lz4 saves ~30% but slowly) at ~0.8. */
 #define LZ4_MIN_SAMPLE_BYTES_PER_SEC 2.0e9
 #define SAMPLE_PIECE (16u << 10)
-
-struct dvar_writer {
-	char *final_dir;
-	char *tmp_dir;
-	char *data_path;
-	char *data_shown; /* what data_path will be once committed: for messages */
-	char *root; /* dvar_writer_open_step only */
-	char *step_name;
-	uint32_t part, nparts;
-	char token[DVAR_MAX_TOKEN + 1];
-	int shared;    /* a part writer: the staging directory is not ours to remove */
-	dvar_write_options opts;
-	dvar_pool *pool;
-	int fd;        /* buffered */
-	int fd_direct; /* O_DIRECT, or -1 */
-	atomic_int direct_ok;
-	atomic_uint_least64_t next_offset;
-	atomic_uint_least64_t bytes_done;
-	pthread_t owner;
-	double last_progress;
-	int broken; /* an I/O error: only dvar_writer_free is left */
-	int finished; /* the data file is complete: no more adds */
-	int committed;
-
-	dvar_var_entry *vars;
-	size_t num_vars, cap_vars;
-	uint32_t *table; /* open addressing: var index + 1, 0 = empty */
-	size_t table_cap;
-
-	dvar_stash *buffers; /* chunk buffers of buffer_size bytes, aligned */
-	size_t buffer_size;
-
-	/* A slice being streamed (dvar_writer_begin_slice): its entry is
-	 * vars[stream_var].slices[num_slices], reserved but not counted yet. */
-	int streaming;
-	size_t stream_var;
-	uint64_t stream_bytes;  /* bytes received so far */
-	size_t stream_flushed;  /* chunks written so far */
-	size_t stage_fill;      /* whole chunks waiting in stage[0..stage_fill) */
-	uint64_t stage_pos;     /* bytes in stage[stage_fill] */
-	unsigned char **stage;  /* stage_cap staging buffers of chunk_size bytes, aligned */
-	size_t stage_cap;
-};
 
 /* ---------------------------------------------------------------- names */
 
@@ -145,22 +102,19 @@ static unsigned char *buffer_get(dvar_writer *w)
 
 /* ---------------------------------------------------------------- open */
 
-/* The directory holding path (malloc'ed; NULL on ENOMEM). */
-static char *parent_of(const char *path)
+int dvar_write_options_init(dvar_write_options *opts, unsigned int version)
 {
-	const char *slash = strrchr(path, '/');
-	if (!slash)
-		return strdup(".");
-	return strndup(path, slash == path ? 1 : (size_t)(slash - path));
+	static const dvar_write_options init = DVAR_WRITE_OPTIONS_INIT;
+	return dvar_options_init(opts, sizeof *opts, &init, "dvar_write_options", version,
+	                         DVAR_WRITE_OPTIONS_VERSION);
 }
 
 static int check_options(dvar_write_options *o, const dvar_write_options *in)
 {
 	dvar_write_options def = DVAR_WRITE_OPTIONS_INIT;
 	*o = in ? *in : def;
-	if (o->version != DVAR_WRITE_OPTIONS_VERSION)
-		return dvar_error_set(DVAR_EINVAL, "write options version %u, expected %u",
-		                      o->version, DVAR_WRITE_OPTIONS_VERSION);
+	if (dvar_check_version("dvar_write_options", o->version, DVAR_WRITE_OPTIONS_VERSION))
+		return DVAR_EINVAL;
 	if (!o->chunk_size)
 		o->chunk_size = DVAR_DEFAULT_CHUNK_SIZE;
 	if (o->chunk_size % DVAR_ALIGN || o->chunk_size > DVAR_MAX_CHUNK)
@@ -259,7 +213,7 @@ static int open_dir(dvar_writer **out, const char *dir, const dvar_write_options
 		snprintf(w->token, sizeof(w->token), "%s", token);
 	else
 		dvar_tmp_tag(w->token);
-	char *parent = parent_of(w->final_dir);
+	char *parent = dvar_path_parent(w->final_dir);
 	if (!parent) {
 		rc = dvar_error_set(DVAR_ENOMEM, "out of memory");
 		goto fail;
@@ -554,20 +508,13 @@ static int check_name(const char *name)
 	return DVAR_OK;
 }
 
-static void describe_slice(char *buf, size_t cap, const dvar_slice *s, const dvar_shape *full)
-{
-	dvar_slice_format(s, full, buf, cap);
-	if (!*buf)
-		snprintf(buf, cap, "(scalar)");
-}
-
-static int check_usable(const dvar_writer *w)
+int dvar_writer_check_usable(const dvar_writer *w)
 {
 	if (w->broken || w->finished)
 		return dvar_error_set(DVAR_EINVAL, "writer for '%s' is %s", w->final_dir,
 		                      w->committed ? "already committed" :
 		                      w->broken ? "unusable after an earlier error" : "already finished");
-	if (w->streaming)
+	if (w->stream.open)
 		return dvar_error_set(DVAR_EINVAL, "writer for '%s': a slice of variable '%s' is being "
 		                      "written; dvar_writer_end_slice must come first", w->final_dir,
 		                      w->vars[w->stream_var].name);
@@ -583,7 +530,7 @@ static int open_slice(dvar_writer *w, const char *name, int dtype, const dvar_sh
                       const dvar_slice *slice, int have_data, size_t *vi)
 {
 	int rc;
-	if ((rc = check_usable(w)))
+	if ((rc = dvar_writer_check_usable(w)))
 		return rc;
 	if ((rc = check_name(name)))
 		return rc;
@@ -617,18 +564,6 @@ static int open_slice(dvar_writer *w, const char *name, int dtype, const dvar_sh
 			return dvar_error_set(DVAR_ESHAPE, "variable '%s' was added as %s %s, now as %s %s",
 			                      name, dvar_dtype_name(v->dtype), s1, dvar_dtype_name(dtype), s2);
 		}
-		int after = v->rows_end >= 0 && sl.rank > 0 && sl.start[0] >= v->rows_end;
-		for (size_t j = 0; !after && j < v->num_slices; j++) {
-			dvar_slice x;
-			uint64_t n = 0;
-			if (dvar_slice_intersect(&v->slices[j].slice, &sl, &x) == 1 &&
-			    dvar_slice_num_elements(&x, &n) == DVAR_OK && n > 0) {
-				describe_slice(a, sizeof(a), &sl, &shape);
-				describe_slice(b, sizeof(b), &v->slices[j].slice, &shape);
-				return dvar_error_set(DVAR_ESHAPE, "variable '%s': slice %s overlaps slice %s added before",
-				                      name, a, b);
-			}
-		}
 	} else {
 		if (w->num_vars == w->cap_vars) {
 			size_t cap = w->cap_vars ? w->cap_vars * 2 : 16;
@@ -650,11 +585,15 @@ static int open_slice(dvar_writer *w, const char *name, int dtype, const dvar_sh
 		}
 		w->num_vars++;
 	}
+	/* A new variable's first slice overlaps nothing but sets its rows_end. */
+	size_t j;
+	if (dvar_slice_overlaps(&sl, v->slices, v->num_slices, sizeof(*v->slices), &v->rows_end, &j)) {
+		dvar_slice_describe(a, sizeof(a), &sl, &shape);
+		dvar_slice_describe(b, sizeof(b), &v->slices[j].slice, &shape);
+		return dvar_error_set(DVAR_ESHAPE, "variable '%s': slice %s overlaps slice %s added before",
+		                      name, a, b);
+	}
 
-	if (v->num_slices == 0 || (v->rows_end >= 0 && sl.rank > 0 && sl.start[0] >= v->rows_end))
-		v->rows_end = sl.rank > 0 ? sl.start[0] + sl.length[0] : -1;
-	else
-		v->rows_end = -1;
 	dvar_slice_entry *grown = realloc(v->slices, (v->num_slices + 1) * sizeof(*grown));
 	if (!grown)
 		return dvar_error_set(DVAR_ENOMEM, "out of memory");
@@ -713,7 +652,7 @@ static int fail_slice(dvar_writer *w, size_t vi)
 	dvar_var_entry *v = &w->vars[vi];
 	dvar_slice_entry_clear(&v->slices[v->num_slices]);
 	w->broken = 1;
-	w->streaming = 0;
+	w->stream.open = 0;
 	return dvar_error_prefix("variable '%s'", v->name);
 }
 
@@ -753,26 +692,14 @@ int dvar_writer_begin_slice(dvar_writer *w, const char *name, int dtype, const d
 			return dvar_error_set(DVAR_ENOMEM, "out of memory");
 		}
 	}
-	w->streaming = 1;
+	dvar_var_entry *v = &w->vars[vi];
+	const dvar_slice_entry *se = &v->slices[v->num_slices];
+	dvar_stream_begin(&w->stream, &se->slice, &v->shape, se->raw_bytes, "the whole variable");
 	w->stream_var = vi;
-	w->stream_bytes = 0;
 	w->stream_flushed = 0;
 	w->stage_fill = 0;
 	w->stage_pos = 0;
 	return DVAR_OK;
-}
-
-/* "slice 4,6:-", or "the whole variable" for a slice that covers it. */
-static void describe_stream(char *buf, size_t cap, const dvar_var_entry *v,
-                            const dvar_slice_entry *se)
-{
-	char sl[256];
-	if (dvar_slice_is_full(&se->slice, &v->shape)) {
-		snprintf(buf, cap, "the whole variable");
-		return;
-	}
-	describe_slice(sl, sizeof(sl), &se->slice, &v->shape);
-	snprintf(buf, cap, "slice %s", sl);
 }
 
 /* Write the whole chunks waiting in the staging buffers. */
@@ -793,20 +720,14 @@ int dvar_writer_write(dvar_writer *w, const void *data, size_t len)
 {
 	if (!w || (!data && len))
 		return dvar_error_set(DVAR_EINVAL, "dvar_writer_write: NULL argument");
-	if (!w->streaming)
+	if (!w->stream.open)
 		return dvar_error_set(DVAR_EINVAL, "writer for '%s': no slice is open "
 		                      "(dvar_writer_begin_slice)", w->final_dir);
 	dvar_var_entry *v = &w->vars[w->stream_var];
 	dvar_slice_entry *se = &v->slices[v->num_slices];
 	const unsigned char *p = data;
-	if (len > se->raw_bytes - w->stream_bytes) {
-		char sl[300];
-		describe_stream(sl, sizeof(sl), v, se);
-		dvar_error_set(DVAR_EINVAL, "%s holds %llu bytes; %llu were written and %zu more "
-		               "were given", sl, (unsigned long long)se->raw_bytes,
-		               (unsigned long long)w->stream_bytes, len);
+	if (dvar_stream_take(&w->stream, len))
 		return fail_slice(w, w->stream_var);
-	}
 	while (len) {
 		size_t k = w->stage_fill;
 		uint64_t clen = dvar_chunk_raw_len(se, w->stream_flushed + k);
@@ -820,7 +741,6 @@ int dvar_writer_write(dvar_writer *w, const void *data, size_t len)
 		p += n;
 		len -= n;
 		w->stage_pos += n;
-		w->stream_bytes += n;
 		if (w->stage_pos < clen)
 			break;
 		w->stage_pos = 0;
@@ -836,19 +756,11 @@ int dvar_writer_end_slice(dvar_writer *w)
 {
 	if (!w)
 		return dvar_error_set(DVAR_EINVAL, "dvar_writer_end_slice: NULL writer");
-	if (!w->streaming)
+	if (!w->stream.open)
 		return dvar_error_set(DVAR_EINVAL, "writer for '%s': no slice is open "
 		                      "(dvar_writer_begin_slice)", w->final_dir);
-	dvar_var_entry *v = &w->vars[w->stream_var];
-	dvar_slice_entry *se = &v->slices[v->num_slices];
-	if (w->stream_bytes != se->raw_bytes) {
-		char sl[300];
-		describe_stream(sl, sizeof(sl), v, se);
-		dvar_error_set(DVAR_EINVAL, "%s holds %llu bytes; only %llu were written", sl,
-		               (unsigned long long)se->raw_bytes, (unsigned long long)w->stream_bytes);
+	if (dvar_stream_end(&w->stream))
 		return fail_slice(w, w->stream_var);
-	}
-	w->streaming = 0;
 	close_slice(w, w->stream_var);
 	return DVAR_OK;
 }
@@ -858,7 +770,7 @@ int dvar_writer_set_attr(dvar_writer *w, const char *name, const char *key, cons
 	int rc;
 	if (!w || !name || !key || !value)
 		return dvar_error_set(DVAR_EINVAL, "dvar_writer_set_attr: NULL argument");
-	if ((rc = check_usable(w)))
+	if ((rc = dvar_writer_check_usable(w)))
 		return rc;
 	dvar_var_entry *v = find_var(w, name);
 	if (!v)
@@ -867,418 +779,6 @@ int dvar_writer_set_attr(dvar_writer *w, const char *name, const char *key, cons
 	if ((rc = dvar_var_set_attr(v, key, value)))
 		return dvar_error_prefix("variable '%s'", name);
 	return DVAR_OK;
-}
-
-/* ---------------------------------------------------------------- commit */
-
-typedef struct {
-	dvar_bytes key, val;
-} kv;
-
-static int kv_cmp(const void *a, const void *b)
-{
-	const kv *x = a, *y = b;
-	size_t n = x->key.len < y->key.len ? x->key.len : y->key.len;
-	int c = n ? memcmp(x->key.data, y->key.data, n) : 0;
-	return c ? c : (x->key.len > y->key.len) - (x->key.len < y->key.len);
-}
-
-static int write_index(const char *path, const dvar_var_entry *vars, size_t num_vars,
-                       uint64_t *file_sizes, uint32_t num_files)
-{
-	size_t n = 1;
-	for (size_t i = 0; i < num_vars; i++)
-		n += 1 + vars[i].num_slices;
-	kv *kvs = calloc(n, sizeof(kv));
-	dvar_index_builder *b = NULL;
-	int rc = DVAR_OK;
-	if (!kvs)
-		return dvar_error_set(DVAR_ENOMEM, "out of memory");
-
-	dvar_header h = { DVAR_FORMAT_VERSION, DVAR_FORMAT_MIN_READER, num_files, file_sizes,
-	                  DVAR_BLOCK_SIZE, num_vars };
-	size_t k = 0;
-	rc = dvar_header_encode(&kvs[k++].val, &h);
-	for (size_t i = 0; !rc && i < num_vars; i++) {
-		const dvar_var_entry *v = &vars[i];
-		rc = dvar_key_var(&kvs[k].key, v->name);
-		if (!rc) rc = dvar_var_encode(&kvs[k++].val, v);
-		for (size_t j = 0; !rc && j < v->num_slices; j++) {
-			rc = dvar_key_slice(&kvs[k].key, v->name, (uint32_t)j);
-			if (!rc) rc = dvar_slice_entry_encode(&kvs[k++].val, &v->slices[j]);
-		}
-	}
-	if (rc)
-		goto done;
-	qsort(kvs, n, sizeof(kv), kv_cmp);
-	if ((rc = dvar_index_builder_open(&b, path)))
-		goto done;
-	for (size_t i = 0; !rc && i < n; i++)
-		rc = dvar_index_builder_add(b, kvs[i].key.data, kvs[i].key.len, kvs[i].val.data, kvs[i].val.len);
-	if (!rc)
-		rc = dvar_index_builder_finish(b);
-done:
-	dvar_index_builder_free(b);
-	for (size_t i = 0; i < n; i++) {
-		free(kvs[i].key.data);
-		free(kvs[i].val.data);
-	}
-	free(kvs);
-	return rc;
-}
-
-static int finish(dvar_writer *w, dvar_bytes *entries)
-{
-	if (!(w->opts.flags & DVAR_WRITE_NO_FSYNC) && fsync(w->fd) != 0) {
-		w->broken = 1;
-		return dvar_error_set_errno(DVAR_EIO, errno, "fsync '%s'", w->data_shown);
-	}
-	DVAR_FAULT_POINT("data-synced");
-	close(w->fd);
-	w->fd = -1;
-	if (w->fd_direct >= 0)
-		close(w->fd_direct);
-	w->fd_direct = -1;
-	w->finished = 1;
-	dvar_part p = { w->part, w->nparts, { 0 }, atomic_load(&w->next_offset), w->num_vars, NULL };
-	snprintf(p.token, sizeof(p.token), "%s", w->token);
-	dvar_var_entry **vars = malloc((w->num_vars ? w->num_vars : 1) * sizeof(*vars));
-	if (!vars) {
-		w->broken = 1;
-		return dvar_error_set(DVAR_ENOMEM, "out of memory");
-	}
-	for (size_t i = 0; i < w->num_vars; i++)
-		vars[i] = &w->vars[i];
-	int rc = dvar_part_encode(entries, &p, vars);
-	free(vars);
-	if (rc)
-		w->broken = 1;
-	return rc;
-}
-
-int dvar_writer_finish_part(dvar_writer *w, void **entries, size_t *len)
-{
-	if (!w || !entries || !len)
-		return dvar_error_set(DVAR_EINVAL, "dvar_writer_finish_part: NULL argument");
-	*entries = NULL;
-	*len = 0;
-	int rc = check_usable(w);
-	dvar_bytes b = { 0 };
-	if (!rc && !(rc = finish(w, &b))) {
-		*entries = b.data;
-		*len = b.len;
-		return DVAR_OK;
-	}
-	free(b.data);
-	return dvar_error_prefix("part %u of '%s'", w->part, w->final_dir);
-}
-
-/* ------------------------------------------------------- gathering the parts */
-
-typedef struct {
-	dvar_var_entry *v;
-	uint32_t part;
-} var_ref;
-
-static int ref_cmp(const void *a, const void *b)
-{
-	const var_ref *x = a, *y = b;
-	int c = strcmp(x->v->name, y->v->name);
-	return c ? c : (x->part > y->part) - (x->part < y->part);
-}
-
-/*
- * Every data file of the save is there with the size its part says, and the
- * staging directory holds nothing else (a leftover of another save would
- * otherwise be committed with this one).
- */
-static int check_files(const dvar_writer *w, const dvar_part *parts)
-{
-	for (uint32_t f = 0; f < w->nparts; f++) {
-		char name[32];
-		struct stat st;
-		dvar_data_file_name(name, sizeof(name), f, w->nparts);
-		char *path = dvar_path_join(w->tmp_dir, name);
-		if (!path)
-			return dvar_error_set(DVAR_ENOMEM, "out of memory");
-		int e = stat(path, &st) == 0 ? 0 : errno;
-		int rc = DVAR_OK;
-		if (e)
-			rc = dvar_error_set_errno(e == ENOENT ? DVAR_ENOTFOUND : DVAR_EIO, e,
-			                          "data file '%s' of part %u", path, f);
-		else if ((uint64_t)st.st_size != parts[f].file_size)
-			rc = dvar_error_set(DVAR_ECORRUPT, "data file '%s' has %llu bytes; part %u wrote %llu",
-			                    path, (unsigned long long)st.st_size, f,
-			                    (unsigned long long)parts[f].file_size);
-		free(path);
-		if (rc)
-			return rc;
-	}
-	DIR *d = opendir(w->tmp_dir);
-	if (!d)
-		return dvar_error_set_errno(DVAR_EIO, errno, "open directory '%s'", w->tmp_dir);
-	struct dirent *e;
-	int rc = DVAR_OK;
-	while (!rc && (e = readdir(d))) {
-		unsigned f, of;
-		char tail;
-		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-			continue;
-		if (sscanf(e->d_name, "data-%5u-of-%5u%c", &f, &of, &tail) == 2 && of == w->nparts &&
-		    f < w->nparts && strlen(e->d_name) == 19)
-			continue;
-		rc = dvar_error_set(DVAR_EINVAL, "staging directory '%s' holds '%s', which no part of "
-		                    "this save wrote", w->tmp_dir, e->d_name);
-	}
-	closedir(d);
-	return rc;
-}
-
-/* Variable v of the merged index from refs[0..n): all parts that declare it. */
-static int merge_var(dvar_var_entry *out, const var_ref *refs, size_t n)
-{
-	const dvar_var_entry *first = refs[0].v;
-	size_t total = 0;
-	*out = *first; /* borrows name, attributes and slice contents from the parts */
-	out->slices = NULL;
-	out->num_slices = 0;
-	out->raw_bytes = out->stored_bytes = 0;
-	for (size_t k = 0; k < n; k++) {
-		const dvar_var_entry *v = refs[k].v;
-		if (v->dtype != first->dtype || !dvar_shape_equal(&v->shape, &first->shape)) {
-			char s1[128], s2[128];
-			dvar_shape_format(&first->shape, s1, sizeof(s1));
-			dvar_shape_format(&v->shape, s2, sizeof(s2));
-			return dvar_error_set(DVAR_ESHAPE, "variable '%s' is %s %s in part %u but %s %s in part %u",
-			                      v->name, dvar_dtype_name(first->dtype), s1, refs[0].part,
-			                      dvar_dtype_name(v->dtype), s2, refs[k].part);
-		}
-		if (!dvar_attrs_equal(v, first))
-			return dvar_error_set(DVAR_EINVAL, "variable '%s' has different attributes in parts "
-			                      "%u and %u", v->name, refs[0].part, refs[k].part);
-		total += v->num_slices;
-	}
-	if (total > UINT32_MAX)
-		return dvar_error_set(DVAR_EINVAL, "variable '%s' has %zu slices, more than the format "
-		                      "holds", first->name, total);
-	if (!(out->slices = malloc((total ? total : 1) * sizeof(dvar_slice_entry))))
-		return dvar_error_set(DVAR_ENOMEM, "out of memory");
-	/* Within a part slices were checked when added: only pairs across parts are left. */
-	for (size_t k = 0; k < n; k++) {
-		const dvar_var_entry *v = refs[k].v;
-		for (size_t j = 0; j < v->num_slices; j++) {
-			const dvar_slice_entry *s = &v->slices[j];
-			for (size_t m = 0; m < out->num_slices; m++) {
-				const dvar_slice_entry *o = &out->slices[m];
-				dvar_slice x;
-				uint64_t cnt = 0;
-				if (o->file != s->file && dvar_slice_intersect(&o->slice, &s->slice, &x) == 1 &&
-				    dvar_slice_num_elements(&x, &cnt) == DVAR_OK && cnt) {
-					char a[256], b[256];
-					describe_slice(a, sizeof(a), &s->slice, &v->shape);
-					describe_slice(b, sizeof(b), &o->slice, &v->shape);
-					return dvar_error_set(DVAR_ESHAPE, "variable '%s': slice %s of part %u overlaps "
-					                      "slice %s of part %u", v->name, a, s->file, b, o->file);
-				}
-			}
-			out->slices[out->num_slices++] = *s;
-		}
-		out->raw_bytes += v->raw_bytes;
-		out->stored_bytes += v->stored_bytes;
-	}
-	return DVAR_OK;
-}
-
-/* The merged variables in name order; each one's slices array is owned, the rest borrowed. */
-static int merge_parts(dvar_part *parts, uint32_t nparts, dvar_var_entry **out, size_t *num)
-{
-	size_t n = 0, k = 0, m = 0;
-	int rc = DVAR_OK;
-	*out = NULL;
-	*num = 0;
-	for (uint32_t p = 0; p < nparts; p++)
-		n += parts[p].num_vars;
-	var_ref *refs = malloc((n ? n : 1) * sizeof(var_ref));
-	dvar_var_entry *vars = calloc(n ? n : 1, sizeof(dvar_var_entry));
-	if (!refs || !vars) {
-		free(refs);
-		free(vars);
-		return dvar_error_set(DVAR_ENOMEM, "out of memory");
-	}
-	for (uint32_t p = 0; p < nparts; p++)
-		for (size_t i = 0; i < parts[p].num_vars; i++)
-			refs[k++] = (var_ref){ &parts[p].vars[i], p };
-	qsort(refs, n, sizeof(var_ref), ref_cmp);
-	for (size_t a = 0, b; !rc && a < n; a = b) {
-		for (b = a + 1; b < n && strcmp(refs[b].v->name, refs[a].v->name) == 0; b++)
-			;
-		rc = merge_var(&vars[m], refs + a, b - a);
-		m++;
-	}
-	free(refs);
-	if (rc) {
-		for (size_t i = 0; i < m; i++)
-			free(vars[i].slices);
-		free(vars);
-		return rc;
-	}
-	*out = vars;
-	*num = m;
-	return DVAR_OK;
-}
-
-/* Decode all entries and check that they are exactly this save's parts. */
-static int decode_parts(const dvar_writer *w, const void *const *blobs, const size_t *lens, int n,
-                        dvar_part *parts)
-{
-	dvar_part p;
-	int rc;
-	for (int i = 0; i < n; i++) {
-		if ((rc = dvar_part_decode(&p, blobs[i], blobs[i] ? lens[i] : 0)))
-			return dvar_error_prefix("part entries #%d", i);
-		if (p.nparts != w->nparts || strcmp(p.token, w->token) != 0) {
-			rc = dvar_error_set(DVAR_EINVAL, "part entries #%d belong to another save (part %u of "
-			                    "%u, token '%s'); this save has %u parts, token '%s'", i, p.part,
-			                    p.nparts, p.token, w->nparts, w->token);
-			dvar_part_clear(&p);
-			return rc;
-		}
-		if (parts[p.part].nparts) {
-			rc = dvar_error_set(DVAR_EINVAL, "part %u is given twice (part entries #%d)", p.part, i);
-			dvar_part_clear(&p);
-			return rc;
-		}
-		parts[p.part] = p;
-	}
-	for (uint32_t f = 0; f < w->nparts; f++)
-		if (!parts[f].nparts)
-			return dvar_error_set(DVAR_EINVAL, "part %u of %u is missing (%d part entries given)",
-			                      f, w->nparts, n);
-	return DVAR_OK;
-}
-
-static int commit_parts(dvar_writer *w, const void *const *blobs, const size_t *lens, int n)
-{
-	int sync = !(w->opts.flags & DVAR_WRITE_NO_FSYNC);
-	dvar_part *parts = calloc(w->nparts, sizeof(dvar_part));
-	uint64_t *sizes = calloc(w->nparts, sizeof(uint64_t));
-	dvar_var_entry *vars = NULL;
-	size_t num_vars = 0;
-	char *index = NULL;
-	int rc;
-	if (!parts || !sizes) {
-		rc = dvar_error_set(DVAR_ENOMEM, "out of memory");
-		goto done;
-	}
-	if (n < 0) {
-		rc = dvar_error_set(DVAR_EINVAL, "%d part entries given for a save of %u parts", n, w->nparts);
-		goto done;
-	}
-	if ((rc = decode_parts(w, blobs, lens, n, parts)) || (rc = check_files(w, parts)) ||
-	    (rc = merge_parts(parts, w->nparts, &vars, &num_vars)))
-		goto done;
-	for (uint32_t f = 0; f < w->nparts; f++)
-		sizes[f] = parts[f].file_size;
-	if (!(index = dvar_path_join(w->tmp_dir, DVAR_INDEX_NAME))) {
-		rc = dvar_error_set(DVAR_ENOMEM, "out of memory");
-		goto done;
-	}
-	if ((rc = write_index(index, vars, num_vars, sizes, w->nparts)))
-		goto done;
-	DVAR_FAULT_POINT("index-written");
-	if (sync && (rc = dvar_fs_fsync_path(w->tmp_dir)))
-		goto done;
-	if ((rc = dvar_fs_rename_noreplace(w->tmp_dir, w->final_dir))) {
-		dvar_error_prefix("commit");
-		goto done;
-	}
-	free(w->tmp_dir);
-	w->tmp_dir = NULL;
-	w->committed = 1;
-	DVAR_FAULT_POINT("renamed");
-	char *parent = parent_of(w->final_dir);
-	if (!parent) {
-		rc = dvar_error_set(DVAR_ENOMEM, "out of memory");
-		goto done;
-	}
-	rc = sync ? dvar_fs_fsync_path(parent) : DVAR_OK;
-	free(parent);
-	if (!rc && w->root)
-		rc = dvar_root_publish(w->root, w->step_name, w->opts.keep_last);
-done:
-	for (size_t i = 0; i < num_vars; i++)
-		free(vars[i].slices);
-	free(vars);
-	for (uint32_t f = 0; parts && f < w->nparts; f++)
-		dvar_part_clear(&parts[f]);
-	free(parts);
-	free(sizes);
-	free(index);
-	return rc;
-}
-
-/* The failure's message names a file of the staging directory: name the
- * checkpoint's instead, which is what the caller knows. */
-static void in_user_terms(const dvar_writer *w, int rc)
-{
-	const char *msg = dvar_error_last()->message;
-	const char *at = w->tmp_dir ? strstr(msg, w->tmp_dir) : NULL;
-	char text[DVAR_ERROR_MESSAGE_MAX];
-
-	if (!at)
-		return;
-	snprintf(text, sizeof(text), "%.*s%s%s", (int)(at - msg), msg, w->final_dir,
-	         at + strlen(w->tmp_dir));
-	dvar_error_restore(rc, text);
-}
-
-int dvar_writer_commit_parts(dvar_writer *w, const void *const *entries, const size_t *lens, int n)
-{
-	if (!w || (n > 0 && (!entries || !lens)))
-		return dvar_error_set(DVAR_EINVAL, "dvar_writer_commit_parts: NULL argument");
-	if (w->committed)
-		return dvar_error_set(DVAR_EINVAL, "checkpoint '%s' is already committed", w->final_dir);
-	if (w->broken)
-		return dvar_error_set(DVAR_EIO, "checkpoint '%s' not committed: an earlier step failed",
-		                      w->final_dir);
-	if (!w->finished)
-		return dvar_error_set(DVAR_EINVAL, "checkpoint '%s' not committed: part %u must call "
-		                      "dvar_writer_finish_part first", w->final_dir, w->part);
-	int rc = commit_parts(w, entries, lens, n);
-	if (rc && !w->committed) {
-		w->broken = 1;
-		in_user_terms(w, rc);
-		dvar_error_prefix("checkpoint '%s' not committed", w->final_dir);
-	}
-	return rc;
-}
-
-int dvar_writer_commit(dvar_writer *w)
-{
-	if (!w)
-		return dvar_error_set(DVAR_EINVAL, "dvar_writer_commit: NULL writer");
-	if (w->committed)
-		return dvar_error_set(DVAR_EINVAL, "checkpoint '%s' is already committed", w->final_dir);
-	if (w->broken)
-		return dvar_error_set(DVAR_EIO, "checkpoint '%s' not committed: an earlier write failed",
-		                      w->final_dir);
-	if (w->nparts != 1 || w->finished)
-		return dvar_error_set(DVAR_EINVAL, "checkpoint '%s': a part writer commits with "
-		                      "dvar_writer_finish_part and dvar_writer_commit_parts", w->final_dir);
-	if (w->streaming)
-		return check_usable(w);
-	/* One part: its own entries are all there are. */
-	dvar_bytes b = { 0 };
-	int rc = finish(w, &b);
-	if (rc) {
-		w->broken = 1;
-		free(b.data);
-		return dvar_error_prefix("checkpoint '%s' not committed", w->final_dir);
-	}
-	const void *blob = b.data;
-	rc = dvar_writer_commit_parts(w, &blob, &b.len, 1);
-	free(b.data);
-	return rc;
 }
 
 void dvar_writer_free(dvar_writer *w)
@@ -1298,7 +798,7 @@ void dvar_writer_free(dvar_writer *w)
 		dvar_fs_rmtree(w->tmp_dir);
 		dvar_error_restore(saved.code, msg);
 	}
-	if (w->streaming) /* the reserved entry of a slice never ended */
+	if (w->stream.open) /* the reserved entry of a slice never ended */
 		dvar_slice_entry_clear(&w->vars[w->stream_var].slices[w->vars[w->stream_var].num_slices]);
 	for (size_t i = 0; i < w->num_vars; i++)
 		dvar_var_entry_clear(&w->vars[i]);

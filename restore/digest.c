@@ -92,7 +92,7 @@ static int read_digest(dvar_reader *r, size_t i, const dvar_var_entry *v, uint32
 
 int dvar_reader_digest(dvar_reader *r, size_t i, uint32_t *crc)
 {
-	const dvar_var_entry *v = r && crc ? dvar_reader__entry(r, i) : NULL;
+	const dvar_var_entry *v = r && crc ? dvar_reader_entry(r, i) : NULL;
 	uint64_t elems;
 	int rc;
 
@@ -113,7 +113,7 @@ int dvar_reader_digest(dvar_reader *r, size_t i, uint32_t *crc)
 	/* A TensorFlow checkpoint is read: its checksums were computed by another
 	 * program, and a digest that proves a conversion should rest on the bytes
 	 * (each entry's checksum is checked as it is read). */
-	if (!dvar_reader__is_tf(r)) {
+	if (!dvar_reader_is_tf(r)) {
 		const dvar_slice_entry **order = malloc((v->num_slices ? v->num_slices : 1) *
 		                                        sizeof(*order));
 		size_t n;

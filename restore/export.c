@@ -56,9 +56,16 @@ static int keep_shards(const exporter *e)
 
 /* ------------------------------------------------------------- options */
 
+int dvar_export_options_init(dvar_export_options *opts, unsigned int version)
+{
+	static const dvar_export_options init = DVAR_EXPORT_OPTIONS_INIT;
+	return dvar_options_init(opts, sizeof *opts, &init, "dvar_export_options", version,
+	                         DVAR_EXPORT_OPTIONS_VERSION);
+}
+
 static int check_options(const char *out, const dvar_export_options *o, dvar_export_format *fmt)
 {
-	int rc = dvar_op_check_version("dvar_export", o->version, DVAR_EXPORT_OPTIONS_VERSION);
+	int rc = dvar_check_version("dvar_export_options", o->version, DVAR_EXPORT_OPTIONS_VERSION);
 
 	if (rc != DVAR_OK)
 		return rc;
@@ -735,7 +742,7 @@ static int tf_var(exporter *e, size_t i, dvar_tf_writer *w)
 static int export_tf(exporter *e)
 {
 	dvar_tf_writer *w = NULL;
-	int rc = dvar_tf_writer_open(&w, e->out);
+	int rc = dvar_tf_writer_open(&w, e->out, NULL);
 
 	for (size_t i = 0; rc == DVAR_OK && i < e->n; i++)
 		if (!e->items[i].skip)

@@ -449,10 +449,17 @@ static int write_all(importer *im, const char *out)
 
 /* ------------------------------------------------------- the call */
 
+int dvar_import_options_init(dvar_import_options *opts, unsigned int version)
+{
+	static const dvar_import_options init = DVAR_IMPORT_OPTIONS_INIT;
+	return dvar_options_init(opts, sizeof *opts, &init, "dvar_import_options", version,
+	                         DVAR_IMPORT_OPTIONS_VERSION);
+}
+
 static int check_options(const char *out, const dvar_import_source *srcs, size_t n,
                          const dvar_import_options *o)
 {
-	int rc = dvar_op_check_version("dvar_import", o->version, DVAR_IMPORT_OPTIONS_VERSION);
+	int rc = dvar_check_version("dvar_import_options", o->version, DVAR_IMPORT_OPTIONS_VERSION);
 
 	if (rc != DVAR_OK)
 		return rc;

@@ -52,12 +52,3 @@ int dvar_op_threads(int threads)
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 	return cpus < 1 ? 1 : cpus > DVAR_OP_THREADS ? DVAR_OP_THREADS : (int)cpus;
 }
-
-int dvar_op_check_version(const char *call, unsigned int version, unsigned int current)
-{
-	if (version < 1 || version > current)
-		return dvar_error_set(DVAR_EINVAL, "%s: options version %u is not one this library "
-		                                   "knows (1 to %u); initialise them with the "
-		                                   "_OPTIONS_INIT macro", call, version, current);
-	return DVAR_OK;
-}

@@ -13,9 +13,17 @@
 
 #include "restore/restore.h"
 
+int dvar_reshard_options_init(dvar_reshard_options *opts, unsigned int version)
+{
+	static const dvar_reshard_options init = DVAR_RESHARD_OPTIONS_INIT;
+	return dvar_options_init(opts, sizeof *opts, &init, "dvar_reshard_options", version,
+	                         DVAR_RESHARD_OPTIONS_VERSION);
+}
+
 static int check_options(const dvar_reshard_options *o, dvar_partitioner *part)
 {
-	int rc = dvar_op_check_version("dvar_reshard", o->version, DVAR_RESHARD_OPTIONS_VERSION);
+	int rc = dvar_check_version("dvar_reshard_options", o->version,
+	                            DVAR_RESHARD_OPTIONS_VERSION);
 
 	if (rc != DVAR_OK)
 		return rc;

@@ -44,7 +44,7 @@ typedef struct {
 
 static int check_tensor(target *t, const dvar_store_tensor *x, size_t i)
 {
-	int rc = dvar_store__check_tensor(x, i, &t->shape, &t->nbytes);
+	int rc = dvar_store_check_tensor(x, i, &t->shape, &t->nbytes);
 
 	if (rc != DVAR_OK)
 		return rc;
@@ -57,6 +57,13 @@ static int check_tensor(target *t, const dvar_store_tensor *x, size_t i)
 }
 
 /* The arguments, checked by this worker alone. */
+int dvar_restore_options_init(dvar_restore_options *opts, unsigned int version)
+{
+	static const dvar_restore_options init = DVAR_RESTORE_OPTIONS_INIT;
+	return dvar_options_init(opts, sizeof *opts, &init, "dvar_restore_options", version,
+	                         DVAR_RESTORE_OPTIONS_VERSION);
+}
+
 static int prepare(dvar_strategy *s, const char *path, dvar_variable *const *vars, size_t n,
                    const dvar_restore_options *opts, target *targets)
 {
@@ -64,9 +71,9 @@ static int prepare(dvar_strategy *s, const char *path, dvar_variable *const *var
 	size_t ni = opts ? opts->num_iterators : 0;
 	int rc;
 
-	if (opts && opts->version != DVAR_RESTORE_OPTIONS_VERSION)
-		return dvar_error_set(DVAR_EINVAL, "restore options version %u, expected %u",
-		                      opts->version, DVAR_RESTORE_OPTIONS_VERSION);
+	if (opts && dvar_check_version("dvar_restore_options", opts->version,
+	                               DVAR_RESTORE_OPTIONS_VERSION))
+		return DVAR_EINVAL;
 	if (!path || path[0] == '\0')
 		return dvar_error_set(DVAR_EINVAL, "no checkpoint path given");
 	if (n && !vars)
@@ -153,7 +160,7 @@ static int check_iterator(dvar_reader *r, target *t)
 		return dvar_error_set(DVAR_ENOMEM, "out of memory");
 	if (dvar_reader_read(r, t->index, NULL, t->table, bytes) != DVAR_OK)
 		return dvar_error_prefix("restoring '%s'", t->name);
-	return dvar_input__restore_state(t->iter, t->table, t->rows, t->name, 0);
+	return dvar_input_restore_state(t->iter, t->table, t->rows, t->name, 0);
 }
 
 /* Shard k of sv's rows as a slice of the full shape; its elements in *data
@@ -270,7 +277,7 @@ static int find_all(dvar_reader *r, target *targets, size_t n)
  * follows the target's kind alone, which is exactly what a cross-replica
  * assign does: ON_WRITE and ON_READ MEAN / ONLY_FIRST_REPLICA / NONE give
  * every component the value; ON_READ SUM gives each replica its share of
- * the exact split (dvar_variable__split_sum).
+ * the exact split (dvar_variable_split_sum).
  */
 /* A sharded variable: each worker reads its own shards' rows, in place. */
 static int read_shards(dvar_reader *r, const target *t)
@@ -305,13 +312,13 @@ static int assign_all(dvar_reader *r, target *targets, size_t n)
 		}
 		if (t->iter) {
 			/* Checked in round B: cannot fail now. */
-			if ((rc = dvar_input__restore_state(t->iter, t->table, t->rows, t->name, 1)) !=
+			if ((rc = dvar_input_restore_state(t->iter, t->table, t->rows, t->name, 1)) !=
 			    DVAR_OK)
 				return rc;
 			continue;
 		}
 		if (t->nbytes == 0) {
-			if (t->v && (rc = dvar_variable__restore(t->v, empty)) != DVAR_OK)
+			if (t->v && (rc = dvar_variable_restore(t->v, empty)) != DVAR_OK)
 				return dvar_error_prefix("restoring '%s'", t->name);
 			continue;
 		}
@@ -320,7 +327,7 @@ static int assign_all(dvar_reader *r, target *targets, size_t n)
 		rc = dvar_reader_read(r, t->index, NULL, buf, t->nbytes);
 		if (rc != DVAR_OK)
 			dvar_error_prefix("restoring '%s'", t->name);
-		else if (t->v && (rc = dvar_variable__restore(t->v, buf)) != DVAR_OK)
+		else if (t->v && (rc = dvar_variable_restore(t->v, buf)) != DVAR_OK)
 			dvar_error_prefix("restoring '%s'", t->name);
 		if (t->v)
 			free(buf);
@@ -354,7 +361,7 @@ static int restore(dvar_strategy *s, const char *path, dvar_variable *const *var
 		rc = dvar_error_set(DVAR_ENOMEM, "out of memory");
 	if (rc == DVAR_OK && chief && (rc = dvar_reader_open(&r, path, ropts)) == DVAR_OK)
 		dir = dvar_reader_path(r);
-	rc = dvar_store__agree(s, rc, dir, dir ? strlen(dir) : 0, offs ? &paths : NULL, offs);
+	rc = dvar_store_agree(s, rc, dir, dir ? strlen(dir) : 0, offs ? &paths : NULL, offs);
 	if (rc != DVAR_OK)
 		goto done;
 	if (!(copy = malloc(offs[1] - offs[0] + 1))) {
@@ -369,11 +376,11 @@ static int restore(dvar_strategy *s, const char *path, dvar_variable *const *var
 		rc = dvar_reader_open(&r, copy, ropts);
 	if (rc == DVAR_OK)
 		rc = find_all(r, targets, n + nt);
-	rc = dvar_store__agree(s, rc, NULL, 0, NULL, NULL);
+	rc = dvar_store_agree(s, rc, NULL, 0, NULL, NULL);
 
 	/* C: read and assign. */
 	if (rc == DVAR_OK)
-		rc = dvar_store__agree(s, assign_all(r, targets, n + nt), NULL, 0, NULL, NULL);
+		rc = dvar_store_agree(s, assign_all(r, targets, n + nt), NULL, 0, NULL, NULL);
 done:
 	for (size_t i = 0; targets && i < n + nt; i++)
 		free(targets[i].table);

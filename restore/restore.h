@@ -51,12 +51,6 @@ void dvar_op_note(const dvar_op *op, const char *fmt, ...) DVAR_PRINTF(2, 3);
 /* threads as the options give them: <= 0 is min(online CPUs, DVAR_OP_THREADS). */
 int dvar_op_threads(int threads);
 
-/*
- * Check an options struct's version: DVAR_EINVAL naming the call when it is
- * not 1..current.
- */
-int dvar_op_check_version(const char *call, unsigned int version, unsigned int current);
-
 /* ---------------------------------------------------------------- copy.c */
 
 /* A sink for pieces of a region, in row-major order; returns a dvar status. */

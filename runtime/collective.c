@@ -7,7 +7,7 @@
  * R local replicas to arrive compares the signatures. With one worker it
  * decides at once; with several it hands over to the coordinator, which
  * agrees with the other workers in a control round (strategy.c) and then
- * calls dvar_coll__serve. After a "go" the replicas move the data - each
+ * calls dvar_coll_serve. After a "go" the replicas move the data - each
  * replica only its own segment, from every replica's source to every
  * replica's destination, so nothing is copied through a lock - and meet at
  * a barrier that ends the collective: no replica returns (and frees its
@@ -54,7 +54,7 @@ static const char *dtype_text(int dtype, char *tmp, size_t cap)
 
 static void describe_call(const dvar_coll_sig *sig, char *buf, size_t cap);
 
-void dvar_coll__describe(const dvar_coll_sig *sig, char *buf, size_t cap)
+void dvar_coll_describe(const dvar_coll_sig *sig, char *buf, size_t cap)
 {
 	size_t len;
 
@@ -203,7 +203,7 @@ static int coordinator_moves(const dvar_strategy *s)
 
 /* ---------------------------------------------------------------- deciding */
 
-void dvar_coll__fail_locked(dvar_strategy *s, int code, const char *message, int echo, int abort)
+void dvar_coll_fail_locked(dvar_strategy *s, int code, const char *message, int echo, int abort)
 {
 	s->coll_code = code;
 	s->coll_echo = echo;
@@ -270,14 +270,14 @@ static int plan_gather_locked(dvar_strategy *s, const dvar_coll_sig *sig, const 
 		char desc[256], shape[256], who[96];
 		char text[DVAR_ERROR_MESSAGE_MAX];
 
-		dvar_coll__describe(sig, desc, sizeof desc);
+		dvar_coll_describe(sig, desc, sizeof desc);
 		dvar_shape_format(&s->gather_shape, shape, sizeof shape);
 		name_replica(s, dst_min_replica, who, sizeof who);
 		snprintf(text, sizeof text,
 		         "%s: the result has shape %s (%llu bytes) but the destination of %s holds "
 		         "%zu bytes",
 		         desc, shape, (unsigned long long)bytes, who, dst_min);
-		dvar_coll__fail_locked(s, DVAR_ESHAPE, text, 0, 0);
+		dvar_coll_fail_locked(s, DVAR_ESHAPE, text, 0, 0);
 		return DVAR_ESHAPE;
 	}
 	return DVAR_OK;
@@ -296,13 +296,13 @@ static void decide_local_locked(dvar_strategy *s)
 	for (int j = 1; j < s->R; j++) {
 		if (s->args[j]->sig.kind == a0->sig.kind)
 			continue;
-		dvar_coll__describe(&a0->sig, da, sizeof da);
-		dvar_coll__describe(&s->args[j]->sig, db, sizeof db);
+		dvar_coll_describe(&a0->sig, da, sizeof da);
+		dvar_coll_describe(&s->args[j]->sig, db, sizeof db);
 		snprintf(text, sizeof text,
 		         "replica %d is in %s while replica %d is in %s: every replica must make the "
 		         "same collective calls",
 		         s->replicas[j].id, db, s->replicas[0].id, da);
-		dvar_coll__fail_locked(s, DVAR_ECOMM, text, 0, 1);
+		dvar_coll_fail_locked(s, DVAR_ECOMM, text, 0, 1);
 		return;
 	}
 	for (int j = 0; j < s->R && bad < 0; j++)
@@ -314,10 +314,10 @@ static void decide_local_locked(dvar_strategy *s)
 			pthread_cond_signal(&s->coord_cv);
 			return;
 		}
-		dvar_coll__describe(&a0->sig, da, sizeof da);
-		dvar_engine__format(text, sizeof text, "%s: replica %d failed: %s", da, s->replicas[bad].id,
+		dvar_coll_describe(&a0->sig, da, sizeof da);
+		dvar_engine_format(text, sizeof text, "%s: replica %d failed: %s", da, s->replicas[bad].id,
 		         s->replicas[bad].bad_message);
-		dvar_coll__fail_locked(s, DVAR_ECOMM, text, 1, 0);
+		dvar_coll_fail_locked(s, DVAR_ECOMM, text, 1, 0);
 		return;
 	}
 	for (int j = 1; j < s->R; j++) {
@@ -331,8 +331,8 @@ static void decide_local_locked(dvar_strategy *s)
 			dims_differ = memcmp(a0->sig.dims, aj->sig.dims, sizeof a0->sig.dims) != 0;
 		if (!differs && !dims_differ)
 			continue;
-		dvar_coll__describe(&a0->sig, da, sizeof da);
-		dvar_coll__describe(&aj->sig, db, sizeof db);
+		dvar_coll_describe(&a0->sig, da, sizeof da);
+		dvar_coll_describe(&aj->sig, db, sizeof db);
 		if (differs && a0->sig.kind == DVAR_COLL_ALL_REDUCE && same_sig(&a0->sig, &aj->sig))
 			snprintf(text, sizeof text,
 			         "%s: replica %d passes other buffer sizes than replica %d: every replica "
@@ -343,7 +343,7 @@ static void decide_local_locked(dvar_strategy *s)
 			         s->replicas[j].id, db, s->replicas[0].id, da,
 			         dims_differ ? "the tensors must agree in every dimension but axis"
 			                     : "every replica must make the same collective calls");
-		dvar_coll__fail_locked(s, dims_differ ? DVAR_ESHAPE : DVAR_ECOMM, text, 0, 1);
+		dvar_coll_fail_locked(s, dims_differ ? DVAR_ESHAPE : DVAR_ECOMM, text, 0, 1);
 		return;
 	}
 	if (a0->sig.kind == DVAR_COLL_ALL_GATHER) {
@@ -376,7 +376,7 @@ static void decide_local_locked(dvar_strategy *s)
 	go_locked(s, 1);
 }
 
-void dvar_coll__make_record(dvar_strategy *s, dvar_ctl_record *rec)
+void dvar_coll_make_record(dvar_strategy *s, dvar_ctl_record *rec)
 {
 	const dvar_coll_args *a0 = s->args[0];
 
@@ -435,16 +435,16 @@ static int enter(dvar_replica *r, dvar_coll_args *a)
 
 	a->sig.seq = ++r->seq;
 	r->args = a;
-	dvar_coll__describe(&a->sig, desc, sizeof desc);
+	dvar_coll_describe(&a->sig, desc, sizeof desc);
 
 	pthread_mutex_lock(&s->lock);
 	if (s->broken) {
 		pthread_mutex_unlock(&s->lock);
-		dvar_engine__broken_error(s);
+		dvar_engine_broken_error(s);
 		return dvar_error_prefix("%s", desc);
 	}
 	if (s->abort) {
-		dvar_engine__format(text, sizeof text, "%s: %s", desc, s->abort_message);
+		dvar_engine_format(text, sizeof text, "%s: %s", desc, s->abort_message);
 		rc = fail_replica_locked(r, DVAR_ECOMM, text, 1, 1);
 		pthread_mutex_unlock(&s->lock);
 		return rc;
@@ -461,7 +461,7 @@ static int enter(dvar_replica *r, dvar_coll_args *a)
 		         "%s: replica %d returned from the replica function without calling it: every "
 		         "replica must make the same collective calls",
 		         desc, gone >= 0 ? s->replicas[gone].id : -1);
-		dvar_coll__fail_locked(s, DVAR_ECOMM, text, 0, 1);
+		dvar_coll_fail_locked(s, DVAR_ECOMM, text, 0, 1);
 		rc = fail_replica_locked(r, DVAR_ECOMM, text, 0, 1);
 		pthread_mutex_unlock(&s->lock);
 		return rc;
@@ -476,7 +476,7 @@ static int enter(dvar_replica *r, dvar_coll_args *a)
 		pthread_cond_wait(&s->coll_cv, &s->lock);
 	if (s->coll_gen == gen) {
 		/* Another replica failed before everyone arrived. */
-		dvar_engine__format(text, sizeof text, "%s: %s", desc, s->abort_message);
+		dvar_engine_format(text, sizeof text, "%s: %s", desc, s->abort_message);
 		rc = fail_replica_locked(r, DVAR_ECOMM, text, 1, 1);
 		pthread_mutex_unlock(&s->lock);
 		return rc;
@@ -557,8 +557,8 @@ static int finish(dvar_replica *r, const dvar_coll_args *a)
 		return DVAR_OK;
 	pthread_mutex_lock(&s->lock);
 	if (s->dp_code != DVAR_OK) {
-		dvar_coll__describe(&a->sig, desc, sizeof desc);
-		dvar_engine__format(text, sizeof text, "%s: %s", desc, s->dp_message);
+		dvar_coll_describe(&a->sig, desc, sizeof desc);
+		dvar_engine_format(text, sizeof text, "%s: %s", desc, s->dp_message);
 		rc = fail_replica_locked(r, s->dp_code, text, 0, 1);
 	}
 	pthread_mutex_unlock(&s->lock);
@@ -772,7 +772,7 @@ static void serve_all_reduce(dvar_strategy *s, const dvar_coll_sig *sig, const c
 		if (rc != DVAR_OK) {
 			s->dp_code = rc;
 			copy_message(s->dp_message, dvar_error_last()->message);
-			dvar_engine__break_locked(s, s->dp_message);
+			dvar_engine_break_locked(s, s->dp_message);
 		} else {
 			s->dp_done = k + 1;
 		}
@@ -885,7 +885,7 @@ static void finish_data_phase(dvar_strategy *s, int rc)
 	if (rc != DVAR_OK) {
 		s->dp_code = rc;
 		copy_message(s->dp_message, dvar_error_last()->message);
-		dvar_engine__break_locked(s, s->dp_message);
+		dvar_engine_break_locked(s, s->dp_message);
 	} else {
 		s->dp_done = 1;
 	}
@@ -1145,21 +1145,21 @@ int dvar_replica_all_gather(dvar_replica *ctx, int dtype, const dvar_shape *shap
 
 /* ---------------------------------------------------------------- the coordinator */
 
-void dvar_coll__serve(dvar_strategy *s, const dvar_ctl_record *recs)
+void dvar_coll_serve(dvar_strategy *s, const dvar_ctl_record *recs)
 {
 	dvar_coll_sig sig = s->args[0]->sig;
 	char desc[256], who[96];
 	char text[DVAR_ERROR_MESSAGE_MAX + 320];
 
-	dvar_coll__describe(&sig, desc, sizeof desc);
+	dvar_coll_describe(&sig, desc, sizeof desc);
 	pthread_mutex_lock(&s->lock);
 	/* Refused arguments anywhere: the call fails everywhere, the run goes on. */
 	for (int w = 0; w < s->W; w++) {
 		if (recs[w].code == DVAR_OK)
 			continue;
 		name_replica(s, recs[w].replica, who, sizeof who);
-		dvar_engine__format(text, sizeof text, "%s: %s failed: %s", desc, who, recs[w].message);
-		dvar_coll__fail_locked(s, DVAR_ECOMM, text, 1, 0);
+		dvar_engine_format(text, sizeof text, "%s: %s failed: %s", desc, who, recs[w].message);
+		dvar_coll_fail_locked(s, DVAR_ECOMM, text, 1, 0);
 		pthread_mutex_unlock(&s->lock);
 		return;
 	}

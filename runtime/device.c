@@ -123,7 +123,7 @@ int dvar_mem_split_sum(dvar_strategy *s, int local, int dtype, const void *total
 		                           num_replicas);
 #endif
 	(void)s, (void)local;
-	return dvar_variable__split_sum(dtype, total, part, count, replica_id, num_replicas);
+	return dvar_variable_split_sum(dtype, total, part, count, replica_id, num_replicas);
 }
 
 int dvar_mem_scatter_rows(dvar_strategy *s, int local, int dtype, dvar_scatter_op op, void *dst,
@@ -136,7 +136,7 @@ int dvar_mem_scatter_rows(dvar_strategy *s, int local, int dtype, dvar_scatter_o
 		                              updates);
 #endif
 	(void)s, (void)local;
-	dvar_variable__scatter_rows(dtype, op, dst, row_elems, indices, n, updates);
+	dvar_variable_scatter_rows(dtype, op, dst, row_elems, indices, n, updates);
 	return DVAR_OK;
 }
 

@@ -68,12 +68,12 @@ int dvar_mem_reduce(dvar_strategy *s, int local, int dtype, dvar_kernel_op op, v
 int dvar_mem_divide(dvar_strategy *s, int local, int dtype, void *buf, size_t count,
                     int64_t divisor);
 
-/** dvar_variable__split_sum into part (the replica's memory), total anywhere. */
+/** dvar_variable_split_sum into part (the replica's memory), total anywhere. */
 int dvar_mem_split_sum(dvar_strategy *s, int local, int dtype, const void *total, void *part,
                        size_t count, int replica_id, int num_replicas);
 
 /**
- * dvar_variable__scatter_rows into dst (the replica's memory): indices are
+ * dvar_variable_scatter_rows into dst (the replica's memory): indices are
  * host memory and in range; updates host or device memory. The same order
  * rules: rows with the same index are applied in the order given.
  */

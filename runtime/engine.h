@@ -67,7 +67,7 @@ int dvar_comm_ring_allreduce(dvar_comm *c, int dtype, dvar_kernel_op op, void *b
 
 /**
  * The data of an all-to-all, once every worker has agreed to it
- * (dvar_strategy__all_to_all runs the control round): the sizes go with
+ * (dvar_strategy_all_to_all runs the control round): the sizes go with
  * MPI_Ialltoall (send_bytes in, recv_bytes out: W entries each), every
  * worker allocates what it receives and says in an allgather whether it
  * could (status: W + 1 entries, scratch; DVAR_ENOMEM on every worker, the
@@ -93,7 +93,7 @@ enum {
 	DVAR_COLL_BROADCAST = 2,
 	DVAR_COLL_ALL_GATHER = 3,
 	/* Not a replica collective: a cross-worker step the coordinator makes in
-	 * cross-replica context (dvar_strategy__all_to_all, dvar_strategy__agree).
+	 * cross-replica context (dvar_strategy_all_to_all, dvar_strategy_agree).
 	 * Its record is an OP so that a worker inside a run sees a mismatch. */
 	DVAR_COLL_ALL_TO_ALL = 4
 };
@@ -253,29 +253,29 @@ struct dvar_strategy {
 /* ---------------------------------------------------------------- strategy.c */
 
 /** Under lock: a timeout or MPI error broke the strategy (message: what failed). */
-void dvar_engine__break_locked(dvar_strategy *s, const char *message);
+void dvar_engine_break_locked(dvar_strategy *s, const char *message);
 
 /** snprintf for messages, where truncating a long message is fine. */
-void dvar_engine__format(char *buf, size_t cap, const char *fmt, ...) DVAR_PRINTF(3, 4);
+void dvar_engine_format(char *buf, size_t cap, const char *fmt, ...) DVAR_PRINTF(3, 4);
 
 /** Set and return the error every call on a broken strategy fails with. */
-int dvar_engine__broken_error(const dvar_strategy *s);
+int dvar_engine_broken_error(const dvar_strategy *s);
 
 /* ---------------------------------------------------------------- collective.c */
 
 /** Describe a signature for messages: "all_reduce #3 (SUM, float32, 1000 elements)". */
-void dvar_coll__describe(const dvar_coll_sig *sig, char *buf, size_t cap);
+void dvar_coll_describe(const dvar_coll_sig *sig, char *buf, size_t cap);
 
 /** Under lock, W > 1, coll_ready: fill the OP record from the local replicas. */
-void dvar_coll__make_record(dvar_strategy *s, dvar_ctl_record *rec);
+void dvar_coll_make_record(dvar_strategy *s, dvar_ctl_record *rec);
 
 /**
  * The coordinator's part of an agreed collective (every record is an OP with
  * the same signature): decide it, let the replicas go and move the data.
  */
-void dvar_coll__serve(dvar_strategy *s, const dvar_ctl_record *recs);
+void dvar_coll_serve(dvar_strategy *s, const dvar_ctl_record *recs);
 
 /** Under lock: end the current collective with a failure for every waiting replica. */
-void dvar_coll__fail_locked(dvar_strategy *s, int code, const char *message, int echo, int abort);
+void dvar_coll_fail_locked(dvar_strategy *s, int code, const char *message, int echo, int abort);
 
 #endif

@@ -354,13 +354,19 @@ static const char file_shard_error[] =
 	"your input files into a larger number of small files such that number of files is "
 	"greater than number of shards/workers.";
 
+int dvar_input_options_init(dvar_input_options *opts, unsigned int version)
+{
+	static const dvar_input_options init = DVAR_INPUT_OPTIONS_INIT;
+	return dvar_options_init(opts, sizeof *opts, &init, "dvar_input_options", version,
+	                         DVAR_INPUT_OPTIONS_VERSION);
+}
+
 static int check_options(const dvar_input_options *o, int from_fn)
 {
 	if (!o)
 		return dvar_error_set(DVAR_EINVAL, "input options are NULL (batch_size has no default)");
-	if (o->version != DVAR_INPUT_OPTIONS_VERSION)
-		return dvar_error_set(DVAR_EINVAL, "input options: version %u, expected %d",
-		                      o->version, DVAR_INPUT_OPTIONS_VERSION);
+	if (dvar_check_version("dvar_input_options", o->version, DVAR_INPUT_OPTIONS_VERSION))
+		return DVAR_EINVAL;
 	if (o->batch_size < 1)
 		return dvar_error_set(DVAR_EINVAL, "input options: batch_size %" PRId64
 		                      " must be at least 1", o->batch_size);
@@ -564,7 +570,7 @@ static int distribute_common(dvar_input_iterator **out, dvar_input_iterator *it,
 		char *mine = rc != DVAR_OK ? strdup(dvar_error_last()->message) : NULL;
 		int local = rc;
 
-		rc = dvar_strategy__agree(it->s, rc, what);
+		rc = dvar_strategy_agree(it->s, rc, what);
 		if (local != DVAR_OK && rc != DVAR_ECOMM && mine)
 			rc = dvar_error_restore(local, mine);
 		free(mine);
@@ -588,7 +594,7 @@ int dvar_distribute_dataset(dvar_input_iterator **out, dvar_strategy *s, dvar_da
 	*out = NULL;
 	if ((rc = alloc_iter(&it, s)) != DVAR_OK)
 		return dvar_strategy_num_workers(s) > 1
-		               ? dvar_strategy__agree(s, rc, "distribute dataset")
+		               ? dvar_strategy_agree(s, rc, "distribute dataset")
 		               : rc;
 	it->ds = dataset;
 	if (!dataset)
@@ -612,7 +618,7 @@ int dvar_distribute_datasets_from_function(dvar_input_iterator **out, dvar_strat
 	*out = NULL;
 	if ((rc = alloc_iter(&it, s)) != DVAR_OK)
 		return dvar_strategy_num_workers(s) > 1
-		               ? dvar_strategy__agree(s, rc, "distribute datasets from function")
+		               ? dvar_strategy_agree(s, rc, "distribute datasets from function")
 		               : rc;
 	ctx.num_input_pipelines = it->W;
 	ctx.input_pipeline_id = it->worker;
@@ -926,13 +932,13 @@ int dvar_input_iterator_next(dvar_input_iterator *it, dvar_replica_batch *batche
 			flags = NULL;
 			if (rc == DVAR_OK)
 				rc = dvar_error_set(DVAR_ENOMEM, "input iterator: out of memory");
-			rc = dvar_strategy__agree(it->s, rc, "input iterator next");
+			rc = dvar_strategy_agree(it->s, rc, "input iterator next");
 		} else {
 			for (int w = 0; w < it->W; w++) {
 				sb[w] = 1;
 				flags[w] = (unsigned char)any;
 			}
-			rc = dvar_strategy__all_to_all(it->s, rc, flags, sb, &recv, rb,
+			rc = dvar_strategy_all_to_all(it->s, rc, flags, sb, &recv, rb,
 			                               "input iterator next");
 			if (rc == DVAR_OK)
 				for (int w = 0; w < it->W; w++)
@@ -969,7 +975,7 @@ enum {
 	C_STREAM, C_STEPS, C_FINISHED, C_STEP, C_POS, C_OUTS, C_ENDED, C_ROWS
 };
 
-void dvar_input__state_row(const dvar_input_iterator *it, int64_t *row)
+void dvar_input_state_row(const dvar_input_iterator *it, int64_t *row)
 {
 	memset(row, 0, DVAR_INPUT__STATE_COLUMNS * sizeof *row);
 	row[C_VERSION] = DVAR_INPUT__STATE_VERSION;
@@ -1017,7 +1023,7 @@ static int order_of(int64_t kind, int64_t W)
 	return kind == PLAN_REPLICATE ? ORDER_REPLICATE : ORDER_LOCAL;
 }
 
-int dvar_input__restore_state(dvar_input_iterator *it, const int64_t *table, int64_t rows,
+int dvar_input_restore_state(dvar_input_iterator *it, const int64_t *table, int64_t rows,
                               const char *name, int apply)
 {
 	const int64_t *t0 = table, *mine;

@@ -26,7 +26,7 @@ DVAR_BEGIN_DECL
 
 /* This worker's row: the position the caller has consumed (not what the
  * prefetch thread prepared ahead). Not collective. */
-void dvar_input__state_row(const dvar_input_iterator *it, int64_t *row);
+void dvar_input_state_row(const dvar_input_iterator *it, int64_t *row);
 
 /*
  * Whether the saved table (rows x DVAR_INPUT__STATE_COLUMNS) can apply to
@@ -34,7 +34,7 @@ void dvar_input__state_row(const dvar_input_iterator *it, int64_t *row);
  * then it cannot fail). Not collective: the caller agrees on the verdict.
  * name is the entry's, for the messages.
  */
-int dvar_input__restore_state(dvar_input_iterator *it, const int64_t *table, int64_t rows,
+int dvar_input_restore_state(dvar_input_iterator *it, const int64_t *table, int64_t rows,
                               const char *name, int apply);
 
 DVAR_END_DECL

@@ -79,28 +79,28 @@ void dvar_kernel_clip_norm(int dtype, void *row, size_t count, double max_norm);
  * exact split; other ON_READ: every component), without the unsaveable
  * mark, as TF's restore ops do not mark. Not collective.
  */
-int dvar_variable__restore(dvar_variable *v, const void *value);
+int dvar_variable_restore(dvar_variable *v, const void *value);
 
 /**
  * Local replica local's component of v: nbytes bytes, valid while v lives
  * and changed by every update. Readers must not race the replica threads
  * (the store reads it from the coordinator or from replica context).
  */
-const void *dvar_variable__component(const dvar_variable *v, int local);
+const void *dvar_variable_component(const dvar_variable *v, int local);
 
 /**
  * The scatter kernels, shared with sharded variables (sharding/sharded.c):
  * what dvar_variable_scatter checks of op and dtype, and how it applies
  * rows. The name is TF's ("scatter_add", ...; "?" for an unknown op).
  */
-const char *dvar_variable__scatter_name(dvar_scatter_op op);
+const char *dvar_variable_scatter_name(dvar_scatter_op op);
 
 /**
  * DVAR_OK when op can update dtype: scatter_update any dtype, the others
  * what dvar_kernel_check allows (every numeric dtype, not bool). Otherwise
  * DVAR_EINVAL with "<what>: <why>" set (an op outside the enum included).
  */
-int dvar_variable__scatter_check(int dtype, dvar_scatter_op op, const char *what);
+int dvar_variable_scatter_check(int dtype, dvar_scatter_op op, const char *what);
 
 /**
  * Apply n rows of row_elems elements each (updates, packed) to the rows
@@ -109,7 +109,7 @@ int dvar_variable__scatter_check(int dtype, dvar_scatter_op op, const char *what
  * (ADD, SUB, MIN, MAX). The kernels' arithmetic (integers wrap, float16 and
  * bfloat16 round once per element, MIN and MAX propagate NaN).
  */
-void dvar_variable__scatter_rows(int dtype, dvar_scatter_op op, void *dst, size_t row_elems,
+void dvar_variable_scatter_rows(int dtype, dvar_scatter_op op, void *dst, size_t row_elems,
                                  const int64_t *indices, size_t n, const void *updates);
 
 /* ---------------------------------------------------------------- strategy hooks */
@@ -118,15 +118,15 @@ void dvar_variable__scatter_rows(int dtype, dvar_scatter_op op, void *dst, size_
  * Record reason (TF's mark_as_unsaveable) on the open function scope, if
  * any; a no-op outside a scope. Thread-safe: replica threads call it.
  */
-void dvar_strategy__mark_unsaveable(dvar_strategy *s, const char *reason);
+void dvar_strategy_mark_unsaveable(dvar_strategy *s, const char *reason);
 
 /**
  * One slot where the store keeps state that outlives a call (its pending
  * asynchronous save). fini(p) runs first thing in dvar_strategy_free, with
  * the replica threads still alive. Coordinator thread only.
  */
-void *dvar_strategy__store_slot(const dvar_strategy *s);
-void dvar_strategy__set_store_slot(dvar_strategy *s, void *p, void (*fini)(void *));
+void *dvar_strategy_store_slot(const dvar_strategy *s);
+void dvar_strategy_set_store_slot(dvar_strategy *s, void *p, void (*fini)(void *));
 
 /* ---------------------------------------------------------------- cross-worker steps */
 
@@ -160,16 +160,16 @@ void dvar_strategy__set_store_slot(dvar_strategy *s, void *p, void (*fini)(void 
  * @param send_bytes  W entries
  * @param recv_bytes  W entries, set on success
  */
-int dvar_strategy__all_to_all(dvar_strategy *s, int local_rc, const void *send,
+int dvar_strategy_all_to_all(dvar_strategy *s, int local_rc, const void *send,
                               const uint64_t *send_bytes, void **recv, uint64_t *recv_bytes,
                               const char *what);
 
 /**
  * A cross-worker step that moves nothing: every worker learns whether every
  * other one succeeded (local_rc), with the protections and the result of
- * dvar_strategy__all_to_all. Collective across workers, cross-replica context.
+ * dvar_strategy_all_to_all. Collective across workers, cross-replica context.
  */
-int dvar_strategy__agree(dvar_strategy *s, int local_rc, const char *what);
+int dvar_strategy_agree(dvar_strategy *s, int local_rc, const char *what);
 
 /** The message TF's values_util.mark_as_unsaveable records, verbatim. */
 extern const char dvar_unsaveable_reason[];
@@ -186,7 +186,7 @@ extern const char dvar_unsaveable_reason[];
  * truncates instead). part may equal total. DVAR_EINVAL for bool, an
  * unknown dtype, or a replica_id outside [0, num_replicas).
  */
-int dvar_variable__split_sum(int dtype, const void *total, void *part, size_t count, int replica_id,
+int dvar_variable_split_sum(int dtype, const void *total, void *part, size_t count, int replica_id,
                              int num_replicas);
 
 DVAR_END_DECL

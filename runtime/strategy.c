@@ -160,7 +160,7 @@ static void name_replica(const dvar_strategy *s, int id, char *buf, size_t cap)
 	snprintf(buf, cap, "replica %d (worker %d, local %d)", id, id / s->R, id % s->R);
 }
 
-void dvar_engine__format(char *buf, size_t cap, const char *fmt, ...)
+void dvar_engine_format(char *buf, size_t cap, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -169,7 +169,7 @@ void dvar_engine__format(char *buf, size_t cap, const char *fmt, ...)
 	va_end(ap);
 }
 
-void dvar_engine__break_locked(dvar_strategy *s, const char *message)
+void dvar_engine_break_locked(dvar_strategy *s, const char *message)
 {
 	if (s->broken)
 		return;
@@ -177,7 +177,7 @@ void dvar_engine__break_locked(dvar_strategy *s, const char *message)
 	copy_message(s->broken_message, message);
 }
 
-int dvar_engine__broken_error(const dvar_strategy *s)
+int dvar_engine_broken_error(const dvar_strategy *s)
 {
 	return dvar_error_set(DVAR_ECOMM, "strategy is broken after an earlier %s: %s",
 	                      s->broken == 1 ? "timeout" : "communication failure", s->broken_message);
@@ -220,7 +220,7 @@ static void finish_replica(dvar_replica *r, int rc)
 			name_replica(s, r->id, who, sizeof who);
 		else
 			snprintf(who, sizeof who, "replica %d", r->id);
-		dvar_engine__format(text, sizeof text, "%s failed: %s", who, r->fail_message);
+		dvar_engine_format(text, sizeof text, "%s failed: %s", who, r->fail_message);
 		s->abort = 1;
 		copy_message(s->abort_message, text);
 		/* Replicas waiting for it in a collective must not wait forever. */
@@ -231,12 +231,12 @@ static void finish_replica(dvar_replica *r, int rc)
 		char text[DVAR_ERROR_MESSAGE_MAX];
 		const dvar_replica *w = &s->replicas[s->coll_first];
 
-		dvar_coll__describe(&s->args[s->coll_first]->sig, desc, sizeof desc);
+		dvar_coll_describe(&s->args[s->coll_first]->sig, desc, sizeof desc);
 		snprintf(text, sizeof text,
 		         "replica %d returned from the replica function while replica %d is in %s: "
 		         "every replica must make the same collective calls",
 		         r->id, w->id, desc);
-		dvar_coll__fail_locked(s, DVAR_ECOMM, text, 0, 1);
+		dvar_coll_fail_locked(s, DVAR_ECOMM, text, 0, 1);
 	}
 	r->args = NULL;
 	if (s->nrunning == 0)
@@ -440,6 +440,13 @@ static int agree(dvar_strategy *s, int local_rc, int device, int groups)
 	return rc;
 }
 
+int dvar_strategy_options_init(dvar_strategy_options *opts, unsigned int version)
+{
+	static const dvar_strategy_options init = DVAR_STRATEGY_OPTIONS_INIT;
+	return dvar_options_init(opts, sizeof *opts, &init, "dvar_strategy_options", version,
+	                         DVAR_STRATEGY_OPTIONS_VERSION);
+}
+
 int dvar_strategy_create(dvar_strategy **out, const dvar_strategy_options *opts)
 {
 	dvar_strategy_options o = DVAR_STRATEGY_OPTIONS_INIT;
@@ -450,11 +457,9 @@ int dvar_strategy_create(dvar_strategy **out, const dvar_strategy_options *opts)
 		return dvar_error_set(DVAR_EINVAL, "dvar_strategy_create: out is NULL");
 	*out = NULL;
 	if (opts) {
-		if (opts->version != DVAR_STRATEGY_OPTIONS_VERSION)
-			return dvar_error_set(DVAR_EINVAL,
-			                      "strategy options: version %u is not supported (this "
-			                      "library has version %d; use DVAR_STRATEGY_OPTIONS_INIT)",
-			                      opts->version, DVAR_STRATEGY_OPTIONS_VERSION);
+		if (dvar_check_version("dvar_strategy_options", opts->version,
+		                       DVAR_STRATEGY_OPTIONS_VERSION))
+			return DVAR_EINVAL;
 		o = *opts;
 	}
 	if (o.device != DVAR_DEVICE_CPU && o.device != DVAR_DEVICE_CUDA)
@@ -608,11 +613,11 @@ static int end_broken(dvar_strategy *s, int decision_pending)
 
 	copy_message(msg, dvar_error_last()->message);
 	pthread_mutex_lock(&s->lock);
-	dvar_engine__break_locked(s, msg);
+	dvar_engine_break_locked(s, msg);
 	/* Replicas still waiting for the decision of their collective get this
 	 * failure; those already moving data learn it from dp_code. */
 	if (decision_pending)
-		dvar_coll__fail_locked(s, DVAR_ECOMM, msg, 0, 1);
+		dvar_coll_fail_locked(s, DVAR_ECOMM, msg, 0, 1);
 	s->abort = 1;
 	copy_message(s->abort_message, msg);
 	pthread_cond_broadcast(&s->coll_cv);
@@ -664,7 +669,7 @@ static int round_result(const dvar_strategy *s, char *msg, size_t cap)
 			char who[96];
 
 			name_replica(s, recs[w].replica, who, sizeof who);
-			dvar_engine__format(msg, cap, "%s: %s", who, recs[w].message);
+			dvar_engine_format(msg, cap, "%s: %s", who, recs[w].message);
 			return recs[w].code;
 		}
 		if (recs[w].kind == DVAR_CTL_END && end < 0)
@@ -677,7 +682,7 @@ static int round_result(const dvar_strategy *s, char *msg, size_t cap)
 		return DVAR_OK;
 	}
 	if (end >= 0) {
-		dvar_coll__describe(&recs[op].sig, da, sizeof da);
+		dvar_coll_describe(&recs[op].sig, da, sizeof da);
 		snprintf(msg, cap,
 		         "worker %d finished the replica function while worker %d is in %s: every "
 		         "worker must make the same collective calls",
@@ -689,8 +694,8 @@ static int round_result(const dvar_strategy *s, char *msg, size_t cap)
 
 		if (memcmp(a, b, sizeof *a) == 0)
 			continue;
-		dvar_coll__describe(a, da, sizeof da);
-		dvar_coll__describe(b, db, sizeof db);
+		dvar_coll_describe(a, da, sizeof da);
+		dvar_coll_describe(b, db, sizeof db);
 		if (a->kind == DVAR_COLL_ALL_GATHER && b->kind == a->kind && a->dtype == b->dtype &&
 		    a->rank == b->rank && a->axis == b->axis && a->seq == b->seq) {
 			snprintf(msg, cap,
@@ -723,15 +728,15 @@ static int coordinate(dvar_strategy *s)
 		if (!s->coll_ready)
 			break; /* every local replica returned; the lock is held */
 		memset(s->ctl_mine, 0, sizeof *s->ctl_mine);
-		dvar_coll__make_record(s, s->ctl_mine);
+		dvar_coll_make_record(s, s->ctl_mine);
 		s->coll_ready = 0;
 		pthread_mutex_unlock(&s->lock);
 
-		dvar_coll__describe(&s->ctl_mine->sig, what, sizeof what);
+		dvar_coll_describe(&s->ctl_mine->sig, what, sizeof what);
 		if (ctl_round(s, what) != DVAR_OK)
 			return end_broken(s, 1);
 		if (round_agreed(s)) {
-			dvar_coll__serve(s, s->ctl_all);
+			dvar_coll_serve(s, s->ctl_all);
 			pthread_mutex_lock(&s->lock);
 			rc = s->broken;
 			pthread_mutex_unlock(&s->lock);
@@ -756,12 +761,12 @@ static int coordinate(dvar_strategy *s)
 				char who[96];
 
 				name_replica(s, s->ctl_all[failed].replica, who, sizeof who);
-				dvar_engine__format(echo, sizeof echo, "%s: %s failed: %s", what, who,
+				dvar_engine_format(echo, sizeof echo, "%s: %s failed: %s", what, who,
 				                    s->ctl_all[failed].message);
-				dvar_coll__fail_locked(s, DVAR_ECOMM, echo, 1, 1);
+				dvar_coll_fail_locked(s, DVAR_ECOMM, echo, 1, 1);
 			} else {
 				/* A disagreement is everyone's own failure. */
-				dvar_coll__fail_locked(s, rc, msg, 0, 1);
+				dvar_coll_fail_locked(s, rc, msg, 0, 1);
 			}
 		}
 		wait_replicas_locked(s);
@@ -813,7 +818,7 @@ int dvar_strategy_run(dvar_strategy *s, dvar_replica_fn fn, void *arg)
 	}
 	if (s->broken) {
 		pthread_mutex_unlock(&s->lock);
-		return dvar_engine__broken_error(s);
+		return dvar_engine_broken_error(s);
 	}
 	s->in_run = 1;
 	s->fn = fn;
@@ -880,7 +885,7 @@ static void describe_record(const dvar_strategy *s, const dvar_ctl_record *rec, 
 
 	switch (rec->kind) {
 	case DVAR_CTL_OP:
-		dvar_coll__describe(&rec->sig, desc, sizeof desc);
+		dvar_coll_describe(&rec->sig, desc, sizeof desc);
 		snprintf(buf, cap, "in dvar_strategy_run at %s", desc);
 		return;
 	case DVAR_CTL_END:
@@ -888,7 +893,7 @@ static void describe_record(const dvar_strategy *s, const dvar_ctl_record *rec, 
 		return;
 	case DVAR_CTL_FAIL:
 		name_replica(s, rec->replica, who, sizeof who);
-		dvar_engine__format(buf, cap, "at the end of a failed dvar_strategy_run (%s: %s)", who,
+		dvar_engine_format(buf, cap, "at the end of a failed dvar_strategy_run (%s: %s)", who,
 		                    rec->message);
 		return;
 	}
@@ -912,7 +917,7 @@ static int cross_result(const dvar_strategy *s, char *msg, size_t cap)
 			if (recs[x].kind == DVAR_CTL_OP && recs[x].sig.kind == DVAR_COLL_ALL_TO_ALL)
 				c = x;
 		describe_record(s, &recs[w], where, sizeof where);
-		dvar_engine__format(msg, cap,
+		dvar_engine_format(msg, cap,
 		                    "worker %d is %s while worker %d is at the cross-worker %s (%s): every "
 		                    "worker must make the same cross-worker calls in the same order",
 		                    w, where, c, recs[c].sig.op ? "all_to_all" : "agreement",
@@ -925,7 +930,7 @@ static int cross_result(const dvar_strategy *s, char *msg, size_t cap)
 
 		if (a->op == b->op && a->counts_hash == b->counts_hash)
 			continue;
-		dvar_engine__format(msg, cap,
+		dvar_engine_format(msg, cap,
 		                    "worker %d is at the cross-worker %s (%s) while worker 0 is at the "
 		                    "cross-worker %s (%s): every worker must make the same cross-worker "
 		                    "calls in the same order",
@@ -937,7 +942,7 @@ static int cross_result(const dvar_strategy *s, char *msg, size_t cap)
 	for (int w = 0; w < s->W; w++) {
 		if (recs[w].code == DVAR_OK)
 			continue;
-		dvar_engine__format(msg, cap, "worker %d: %.*s", w,
+		dvar_engine_format(msg, cap, "worker %d: %.*s", w,
 		                    DVAR_ERROR_MESSAGE_MAX - STEP_TEXT_MAX - 1, recs[w].message);
 		/* A positive code would read as success: keep it an error. */
 		return recs[w].code < 0 ? recs[w].code : DVAR_ERROR;
@@ -953,7 +958,7 @@ static int cross_broken(dvar_strategy *s)
 
 	copy_message(msg, dvar_error_last()->message);
 	pthread_mutex_lock(&s->lock);
-	dvar_engine__break_locked(s, msg);
+	dvar_engine_break_locked(s, msg);
 	pthread_mutex_unlock(&s->lock);
 	return dvar_error_set(DVAR_ECOMM, "%s", msg);
 }
@@ -986,7 +991,7 @@ static int cross_step(dvar_strategy *s, int local_rc, int all_to_all, const void
 		                      "the thread that owns the strategy (cross-replica context)",
 		                      what);
 	if (rc) {
-		dvar_engine__broken_error(s);
+		dvar_engine_broken_error(s);
 		return dvar_error_prefix("%s", what);
 	}
 
@@ -1056,14 +1061,14 @@ static int cross_step(dvar_strategy *s, int local_rc, int all_to_all, const void
 	return DVAR_OK;
 }
 
-int dvar_strategy__all_to_all(dvar_strategy *s, int local_rc, const void *send,
+int dvar_strategy_all_to_all(dvar_strategy *s, int local_rc, const void *send,
                               const uint64_t *send_bytes, void **recv, uint64_t *recv_bytes,
                               const char *what)
 {
 	return cross_step(s, local_rc, 1, send, send_bytes, recv, recv_bytes, what);
 }
 
-int dvar_strategy__agree(dvar_strategy *s, int local_rc, const char *what)
+int dvar_strategy_agree(dvar_strategy *s, int local_rc, const char *what)
 {
 	return cross_step(s, local_rc, 0, NULL, NULL, NULL, NULL, what);
 }
@@ -1123,7 +1128,7 @@ int dvar_strategy_function_end(dvar_strategy *s)
 /* Kept when a reason cannot be copied: the mark itself must not be lost. */
 static char out_of_memory_reason[] = "(out of memory while recording the reason)";
 
-void dvar_strategy__mark_unsaveable(dvar_strategy *s, const char *reason)
+void dvar_strategy_mark_unsaveable(dvar_strategy *s, const char *reason)
 {
 	char **grown;
 	char *copy;
@@ -1176,12 +1181,12 @@ int dvar_strategy_check_saveable(const dvar_strategy *cs)
 	return rc;
 }
 
-void *dvar_strategy__store_slot(const dvar_strategy *s)
+void *dvar_strategy_store_slot(const dvar_strategy *s)
 {
 	return s->store_slot;
 }
 
-void dvar_strategy__set_store_slot(dvar_strategy *s, void *p, void (*fini)(void *))
+void dvar_strategy_set_store_slot(dvar_strategy *s, void *p, void (*fini)(void *))
 {
 	s->store_slot = p;
 	s->store_fini = p ? fini : NULL;

@@ -106,9 +106,8 @@ static int check_spec(const dvar_variable_spec *spec, int *sync, uint64_t *nbyte
 	dvar_shape shape;
 	int rc;
 
-	if (spec->version != DVAR_VARIABLE_SPEC_VERSION)
-		return dvar_error_set(DVAR_EINVAL, "dvar_variable_spec: unsupported version %u (expected %u)",
-		                      spec->version, DVAR_VARIABLE_SPEC_VERSION);
+	if (dvar_check_version("dvar_variable_spec", spec->version, DVAR_VARIABLE_SPEC_VERSION))
+		return DVAR_EINVAL;
 	if (!name || name[0] == '\0' || strnlen(name, NAME_MAX_BYTES + 1) > NAME_MAX_BYTES)
 		return dvar_error_set(DVAR_EINVAL, "variable name must be 1 to %d bytes", NAME_MAX_BYTES);
 	if (dvar_dtype_size(spec->dtype) == 0)
@@ -275,6 +274,13 @@ static int create_replica(dvar_replica *ctx, void *arg)
 		return DVAR_OK;
 	/* The root, replica 0, is worker 0's primary: it holds the initial value. */
 	return dvar_replica_broadcast(ctx, 0, transfer_dtype(v->dtype), v->comp[local], v->count);
+}
+
+int dvar_variable_spec_init(dvar_variable_spec *spec, unsigned int version)
+{
+	static const dvar_variable_spec init = DVAR_VARIABLE_SPEC_INIT;
+	return dvar_options_init(spec, sizeof *spec, &init, "dvar_variable_spec", version,
+	                         DVAR_VARIABLE_SPEC_VERSION);
 }
 
 int dvar_variable_create(dvar_variable **out, dvar_strategy *s, const dvar_variable_spec *spec)
@@ -480,7 +486,7 @@ static int read_on_read(dvar_variable *v, void *dst, size_t dst_bytes)
 	/* TF's testUnsaveable: SUM reads always mark, MEAN reads only under
 	 * the multi-worker (collective) strategy. */
 	if (v->agg == DVAR_AGG_SUM || (v->agg == DVAR_AGG_MEAN && v->workers > 1))
-		dvar_strategy__mark_unsaveable(v->s, dvar_unsaveable_reason);
+		dvar_strategy_mark_unsaveable(v->s, dvar_unsaveable_reason);
 	if (v->count == 0)
 		return DVAR_OK;
 	if (v->agg == DVAR_AGG_ONLY_FIRST_REPLICA && v->workers == 1)
@@ -529,7 +535,7 @@ int dvar_variable_read_local(dvar_variable *v, int local, void *dst, size_t dst_
 	return v->nbytes ? dvar_mem_copy(v->s, local, dst, v->comp[local], v->nbytes) : DVAR_OK;
 }
 
-const void *dvar_variable__component(const dvar_variable *v, int local)
+const void *dvar_variable_component(const dvar_variable *v, int local)
 {
 	return v->comp[local];
 }
@@ -566,7 +572,7 @@ const void *dvar_variable__component(const dvar_variable *v, int local)
 		} \
 	} while (0)
 
-int dvar_variable__split_sum(int dtype, const void *total, void *part, size_t count, int replica_id,
+int dvar_variable_split_sum(int dtype, const void *total, void *part, size_t count, int replica_id,
                              int num_replicas)
 {
 	const unsigned char *src = total;
@@ -694,7 +700,7 @@ static int assign_cross(dvar_variable *v, const void *value)
 	return rc;
 }
 
-int dvar_variable__restore(dvar_variable *v, const void *value)
+int dvar_variable_restore(dvar_variable *v, const void *value)
 {
 	if (!v)
 		return dvar_error_set(DVAR_EINVAL, "restore: variable is NULL");
@@ -716,7 +722,7 @@ static int update_dense(dvar_variable *v, dvar_replica *ctx, const void *value, 
 	if (!value && v->nbytes)
 		return dvar_error_set(DVAR_EINVAL, "%s: value is NULL", what);
 	/* TF's testUnsaveable: every update marks, whatever the policy. */
-	dvar_strategy__mark_unsaveable(v->s, dvar_unsaveable_reason);
+	dvar_strategy_mark_unsaveable(v->s, dvar_unsaveable_reason);
 
 	/* values_util.on_read_assign_{add,sub}_cross_replica */
 	if (!ctx && v->sync == DVAR_SYNC_ON_READ && kind != UPDATE_ASSIGN && v->agg == DVAR_AGG_SUM)
@@ -789,7 +795,7 @@ static int check_scatter(const dvar_variable *v, dvar_scatter_op op, const int64
 		                      "%s of variable '%s': a scalar has no rows to scatter into", what,
 		                      v->name);
 	snprintf(kwhat, sizeof kwhat, "%s of variable '%s'", what, v->name);
-	if ((rc = dvar_variable__scatter_check(v->dtype, op, kwhat)) != DVAR_OK)
+	if ((rc = dvar_variable_scatter_check(v->dtype, op, kwhat)) != DVAR_OK)
 		return rc;
 	if (n && (!indices || (!updates && v->row_count)))
 		return dvar_error_set(DVAR_EINVAL, "%s: %s is NULL", kwhat,
@@ -802,14 +808,14 @@ static int check_scatter(const dvar_variable *v, dvar_scatter_op op, const int64
 	return DVAR_OK;
 }
 
-const char *dvar_variable__scatter_name(dvar_scatter_op op)
+const char *dvar_variable_scatter_name(dvar_scatter_op op)
 {
 	if ((int)op < DVAR_SCATTER_UPDATE || (int)op > DVAR_SCATTER_MAX)
 		return "?";
 	return scatter_names[op];
 }
 
-int dvar_variable__scatter_check(int dtype, dvar_scatter_op op, const char *what)
+int dvar_variable_scatter_check(int dtype, dvar_scatter_op op, const char *what)
 {
 	if ((int)op < DVAR_SCATTER_UPDATE || (int)op > DVAR_SCATTER_MAX)
 		return dvar_error_set(DVAR_EINVAL, "%s: unknown operator %d", what, (int)op);
@@ -818,7 +824,7 @@ int dvar_variable__scatter_check(int dtype, dvar_scatter_op op, const char *what
 	return dvar_kernel_check(dtype, scatter_kops[op], what);
 }
 
-void dvar_variable__scatter_rows(int dtype, dvar_scatter_op op, void *dst, size_t row_elems,
+void dvar_variable_scatter_rows(int dtype, dvar_scatter_op op, void *dst, size_t row_elems,
                                  const int64_t *indices, size_t n, const void *updates)
 {
 	size_t row_bytes = row_elems * dvar_dtype_size(dtype);
@@ -837,7 +843,7 @@ void dvar_variable__scatter_rows(int dtype, dvar_scatter_op op, void *dst, size_
 }
 
 /* Apply n rows to local replica local's component, in order
- * (dvar_variable__scatter_rows). */
+ * (dvar_variable_scatter_rows). */
 static int scatter_rows(const dvar_variable *v, int local, dvar_scatter_op op,
                         const int64_t *indices, size_t n, const void *updates)
 {
@@ -955,7 +961,7 @@ int dvar_variable_scatter(dvar_variable *v, dvar_replica *ctx, dvar_scatter_op o
 		                      v->name, (int)op);
 	if (ctx && (rc = check_replica(v, ctx, scatter_names[op])) != DVAR_OK)
 		return rc;
-	dvar_strategy__mark_unsaveable(v->s, dvar_unsaveable_reason);
+	dvar_strategy_mark_unsaveable(v->s, dvar_unsaveable_reason);
 	if (v->sync == DVAR_SYNC_ON_READ) {
 		if (ctx)
 			return dvar_error_set(DVAR_ENOTSUPP,

@@ -1,7 +1,7 @@
 /*
  * sharding/lookup.c - embedding lookup in a sharded variable: each worker
  * looks up its own ids, the ids go to the workers that own their rows and
- * the rows come back (dvar_sharded__fetch: one all-to-all each way), in the
+ * the rows come back (dvar_sharded_fetch: one all-to-all each way), in the
  * order of the ids, clipped to max_norm as TF's _clip does.
  *
  * Only "div" can be right: the shards hold contiguous rows (the div
@@ -21,7 +21,7 @@
 
 /* Everything this worker can check alone; rows receives where the ids live. */
 static int prepare(const dvar_sharded_variable *v, int strategy, const int64_t *ids, size_t count,
-                   double max_norm, const void *dst, uint64_t dst_bytes, int64_t **rows,
+                   double max_norm, const void *dst, size_t dst_bytes, int64_t **rows,
                    const char *what)
 {
 	int64_t *shard, *row;
@@ -94,7 +94,7 @@ static int prepare(const dvar_sharded_variable *v, int strategy, const int64_t *
 }
 
 int dvar_embedding_lookup(dvar_sharded_variable *v, int strategy, const int64_t *ids,
-                          size_t count, double max_norm, void *dst, uint64_t dst_bytes)
+                          size_t count, double max_norm, void *dst, size_t dst_bytes)
 {
 	char what[DVAR_ERROR_MESSAGE_MAX];
 	int64_t *rows = NULL;
@@ -104,7 +104,7 @@ int dvar_embedding_lookup(dvar_sharded_variable *v, int strategy, const int64_t 
 		return dvar_error_set(DVAR_EINVAL, "dvar_embedding_lookup: variable is NULL");
 	snprintf(what, sizeof what, "embedding lookup in sharded variable '%s'", v->name);
 	rc = prepare(v, strategy, ids, count, max_norm, dst, dst_bytes, &rows, what);
-	rc = dvar_sharded__fetch(v, rc, rows, rc == DVAR_OK ? count : 0, NULL, dst, what);
+	rc = dvar_sharded_fetch(v, rc, rows, rc == DVAR_OK ? count : 0, NULL, dst, what);
 	free(rows);
 	if (rc != DVAR_OK || max_norm <= 0 || v->row_bytes == 0)
 		return rc;

@@ -11,7 +11,7 @@
  *
  * Every call that involves other workers is made from the thread that owns
  * the strategy and is built on the runtime's cross-worker steps
- * (dvar_strategy__all_to_all, dvar_strategy__agree): a worker that fails
+ * (dvar_strategy_all_to_all, dvar_strategy_agree): a worker that fails
  * before a step still joins it with its failure, so every worker fails the
  * call with the same code and message and none is left waiting.
  *
@@ -78,7 +78,7 @@ static size_t shard_start_bytes(const dvar_sharded_variable *v, int64_t i)
 }
 
 /* Elements sel selects from one row (dimensions 1..rank-1). */
-static uint64_t selected_elems(const dvar_sharded_variable *v, const dvar_sharded__sel *sel)
+static uint64_t selected_elems(const dvar_sharded_variable *v, const dvar_sharded_sel *sel)
 {
 	uint64_t n = 1;
 
@@ -91,13 +91,13 @@ static uint64_t selected_elems(const dvar_sharded_variable *v, const dvar_sharde
 
 /* Copy the elements sel selects from a row to out, in row-major order. */
 static void extract(const dvar_sharded_variable *v, const unsigned char *row,
-                    const dvar_sharded__sel *sel, unsigned char *out)
+                    const dvar_sharded_sel *sel, unsigned char *out)
 {
 	int inner = v->shape.rank - 1;
 	uint64_t stride[DVAR_MAX_RANK];
 	int64_t idx[DVAR_MAX_RANK];
 	size_t es = v->esize;
-	const dvar_sharded__sel *last;
+	const dvar_sharded_sel *last;
 	int full = 1;
 
 	if (inner <= 0 || !sel) {
@@ -161,10 +161,10 @@ static void put64(unsigned char *p, int64_t x)
 }
 
 /* A request's selection, checked against the variable: it came over the wire. */
-static int check_sel(const dvar_sharded_variable *v, const dvar_sharded__sel *sel)
+static int check_sel(const dvar_sharded_variable *v, const dvar_sharded_sel *sel)
 {
 	for (int d = 1; d < v->shape.rank; d++) {
-		const dvar_sharded__sel *s = &sel[d - 1];
+		const dvar_sharded_sel *s = &sel[d - 1];
 		int64_t dim = v->shape.dims[d];
 		i128 last;
 
@@ -191,7 +191,7 @@ static int serve_requests(const dvar_sharded_variable *v, const unsigned char *r
 {
 	int inner = v->shape.rank > 1 ? v->shape.rank - 1 : 0;
 	size_t hdr = (size_t)inner * 3 * sizeof(int64_t);
-	dvar_sharded__sel sel[DVAR_MAX_RANK];
+	dvar_sharded_sel sel[DVAR_MAX_RANK];
 	uint64_t total = 0;
 	unsigned char *out;
 	int pass;
@@ -230,7 +230,7 @@ static int serve_requests(const dvar_sharded_variable *v, const unsigned char *r
 
 				if (pass == 0) {
 					if (r < 0 || r >= v->rows ||
-					    dvar_sharded__owner(v, shard_of(v, r)) != v->worker)
+					    dvar_sharded_owner(v, shard_of(v, r)) != v->worker)
 						return dvar_error_set(DVAR_ECOMM,
 						                      "%s: worker %d asked worker %d for row %lld, "
 						                      "which it does not hold",
@@ -263,7 +263,7 @@ static int serve_requests(const dvar_sharded_variable *v, const unsigned char *r
  * holds row rows[i]. Each owner's part is hdr_bytes of hdr and then its
  * items, in the order of rows; a worker sent no item gets an empty part
  * (no header). On success count[o] (W entries) is how many items went to
- * worker o, and *recv and recv_bytes are dvar_strategy__all_to_all's: what
+ * worker o, and *recv and recv_bytes are dvar_strategy_all_to_all's: what
  * every worker sent this one, packed in worker order. local_rc != DVAR_OK
  * joins the step and fails it on every worker (count, recv_bytes may then
  * be NULL). Shared by the row fetch (requests) and row updates.
@@ -283,7 +283,7 @@ static int send_to_owners(dvar_sharded_variable *v, int local_rc, const void *hd
 		pos = sizes + W;
 		memset(count, 0, (size_t)W * sizeof *count);
 		for (size_t i = 0; i < m; i++)
-			count[dvar_sharded__owner(v, shard_of(v, rows[i]))]++;
+			count[dvar_sharded_owner(v, shard_of(v, rows[i]))]++;
 		for (int o = 0; o < W; o++) {
 			sizes[o] = count[o] ? hdr_bytes + each * count[o] : 0;
 			pos[o] = total;
@@ -300,7 +300,7 @@ static int send_to_owners(dvar_sharded_variable *v, int local_rc, const void *hd
 				pos[o] += hdr_bytes;
 			}
 			for (size_t i = 0; i < m; i++) {
-				int o = dvar_sharded__owner(v, shard_of(v, rows[i]));
+				int o = dvar_sharded_owner(v, shard_of(v, rows[i]));
 
 				put64(send + pos[o], rows[i]);
 				if (item_bytes)
@@ -310,20 +310,20 @@ static int send_to_owners(dvar_sharded_variable *v, int local_rc, const void *hd
 			}
 		}
 	}
-	rc = dvar_strategy__all_to_all(v->s, rc, send, sizes, recv, recv_bytes, step);
+	rc = dvar_strategy_all_to_all(v->s, rc, send, sizes, recv, recv_bytes, step);
 	free(send);
 	free(sizes);
 	return rc;
 }
 
-int dvar_sharded__fetch(dvar_sharded_variable *v, int local_rc, const int64_t *rows, size_t m,
-                        const dvar_sharded__sel *sel, void *dst, const char *what)
+int dvar_sharded_fetch(dvar_sharded_variable *v, int local_rc, const int64_t *rows, size_t m,
+                        const dvar_sharded_sel *sel, void *dst, const char *what)
 {
 	int W = v->W, inner = v->shape.rank > 1 ? v->shape.rank - 1 : 0;
 	size_t hdr = (size_t)inner * 3 * sizeof(int64_t);
 	uint64_t ib = selected_elems(v, sel) * v->esize;
 	uint64_t *sizes = NULL; /* W each: requests received, reply, replies received, count */
-	dvar_sharded__sel full[DVAR_MAX_RANK];
+	dvar_sharded_sel full[DVAR_MAX_RANK];
 	unsigned char hdrbuf[DVAR_MAX_RANK * 3 * sizeof(int64_t)];
 	unsigned char *reply = NULL;
 	void *recv = NULL;
@@ -366,7 +366,7 @@ int dvar_sharded__fetch(dvar_sharded_variable *v, int local_rc, const int64_t *r
 	free(recv);
 	recv = NULL;
 	snprintf(step, sizeof step, "%s (rows)", what);
-	rc = dvar_strategy__all_to_all(v->s, rc, reply, sizes + W, &recv, sizes + 2 * W, step);
+	rc = dvar_strategy_all_to_all(v->s, rc, reply, sizes + W, &recv, sizes + 2 * W, step);
 	if (rc != DVAR_OK)
 		goto done;
 
@@ -386,7 +386,7 @@ int dvar_sharded__fetch(dvar_sharded_variable *v, int local_rc, const int64_t *r
 			at += sizes[2 * W + o];
 		}
 		for (size_t i = 0; i < m && ib > 0; i++) {
-			int o = dvar_sharded__owner(v, shard_of(v, rows[i]));
+			int o = dvar_sharded_owner(v, shard_of(v, rows[i]));
 
 			memcpy((unsigned char *)dst + i * ib, (unsigned char *)recv + cursor[o], (size_t)ib);
 			cursor[o] += ib;
@@ -418,8 +418,6 @@ static const char *const init_modes[] = { "neither initial_value nor init (zeros
 static void describe_spec(const dvar_sharded_variable_spec *spec, spec_record *rec)
 {
 	memset(rec, 0, sizeof *rec);
-	if (!spec || spec->version != DVAR_SHARDED_VARIABLE_SPEC_VERSION)
-		return;
 	rec->dtype = spec->dtype;
 	rec->rank = spec->shape.rank;
 	for (int d = 0; d < DVAR_MAX_RANK; d++)
@@ -502,11 +500,9 @@ static int check_spec(dvar_sharded_variable *v, const dvar_sharded_variable_spec
 	int64_t num = 0, cap;
 	const char *name;
 
-	if (spec->version != DVAR_SHARDED_VARIABLE_SPEC_VERSION)
-		return dvar_error_set(DVAR_EINVAL,
-		                      "dvar_sharded_variable_spec: version %u is not supported (expected "
-		                      "%d; use DVAR_SHARDED_VARIABLE_SPEC_INIT)",
-		                      spec->version, DVAR_SHARDED_VARIABLE_SPEC_VERSION);
+	if (dvar_check_version("dvar_sharded_variable_spec", spec->version,
+	                       DVAR_SHARDED_VARIABLE_SPEC_VERSION))
+		return DVAR_EINVAL;
 	name = spec->name;
 	if (!name || name[0] == '\0' || strnlen(name, NAME_MAX_BYTES + 1) > NAME_MAX_BYTES)
 		return dvar_error_set(DVAR_EINVAL, "sharded variable name must be 1 to %d bytes",
@@ -576,7 +572,7 @@ static int fill_shards(dvar_sharded_variable *v, const dvar_sharded_variable_spe
 		int64_t poffset[DVAR_MAX_RANK] = { 0 };
 		int rc;
 
-		if (dvar_sharded__owner(v, i) != v->worker)
+		if (dvar_sharded_owner(v, i) != v->worker)
 			continue;
 		/* Zeros are the default; page-aligned so that a save writes it in place. */
 		if (!(v->data[i] = dvar_page_alloc(bytes, 1)))
@@ -611,6 +607,13 @@ static int fill_shards(dvar_sharded_variable *v, const dvar_sharded_variable_spe
 		                         v->name, v->names[i]);
 	}
 	return DVAR_OK;
+}
+
+int dvar_sharded_variable_spec_init(dvar_sharded_variable_spec *spec, unsigned int version)
+{
+	static const dvar_sharded_variable_spec init = DVAR_SHARDED_VARIABLE_SPEC_INIT;
+	return dvar_options_init(spec, sizeof *spec, &init, "dvar_sharded_variable_spec", version,
+	                         DVAR_SHARDED_VARIABLE_SPEC_VERSION);
 }
 
 int dvar_sharded_variable_create(dvar_sharded_variable **out, dvar_strategy *s,
@@ -654,7 +657,7 @@ int dvar_sharded_variable_create(dvar_sharded_variable **out, dvar_strategy *s,
 			sizes[w] = sizeof *recs;
 		}
 	}
-	rc = dvar_strategy__all_to_all(s, rc, recs, sizes, &recv, sizes ? sizes + W : NULL,
+	rc = dvar_strategy_all_to_all(s, rc, recs, sizes, &recv, sizes ? sizes + W : NULL,
 	                               "creating a sharded variable (its spec)");
 	all = recv;
 	if (rc == DVAR_OK) {
@@ -678,7 +681,7 @@ int dvar_sharded_variable_create(dvar_sharded_variable **out, dvar_strategy *s,
 	/* Each owner fills its shards; a failure anywhere fails everywhere. */
 	rc = fill_shards(v, spec);
 	snprintf(what, sizeof what, "creating sharded variable '%s' (its shards)", v->name);
-	rc = dvar_strategy__agree(s, rc, what);
+	rc = dvar_strategy_agree(s, rc, what);
 	if (rc != DVAR_OK) {
 		dvar_sharded_variable_free(v);
 		return rc;
@@ -750,7 +753,7 @@ int dvar_sharded_variable_shard(const dvar_sharded_variable *v, int64_t i, dvar_
 	out->shape = v->shape;
 	if (v->shape.rank > 0)
 		out->shape.dims[0] = v->offsets[i + 1] - v->offsets[i];
-	out->owner = dvar_sharded__owner(v, i);
+	out->owner = dvar_sharded_owner(v, i);
 	out->data = v->data[i];
 	return DVAR_OK;
 }
@@ -763,9 +766,9 @@ typedef struct {
 	dvar_shape out;
 	int axis0;
 	int64_t row;      /* AXIS0_INT: the row */
-	dvar_index slice; /* AXIS0_SLICE */
+	dvar_subscript slice; /* AXIS0_SLICE */
 	uint64_t nrows;   /* rows selected along axis 0 */
-	dvar_sharded__sel sel[DVAR_MAX_RANK]; /* dimension d at sel[d - 1] */
+	dvar_sharded_sel sel[DVAR_MAX_RANK]; /* dimension d at sel[d - 1] */
 } read_plan;
 
 static int push_dim(const dvar_sharded_variable *v, read_plan *p, int64_t len)
@@ -794,7 +797,7 @@ static int full_dim(const dvar_sharded_variable *v, read_plan *p, int d)
 }
 
 /* Python's slice.indices(dim) for a dimension other than 0: clamped. */
-static void py_slice(int64_t dim, const dvar_index *it, dvar_sharded__sel *sel)
+static void py_slice(int64_t dim, const dvar_subscript *it, dvar_sharded_sel *sel)
 {
 	int64_t step = it->has_step ? it->step : 1;
 	int64_t lo = step > 0 ? 0 : -1, hi = step > 0 ? dim : dim - 1;
@@ -832,7 +835,7 @@ static void py_slice(int64_t dim, const dvar_index *it, dvar_sharded__sel *sel)
  * _decompose_slice_spec does), every other dimension NumPy's (TF's tensor
  * indexing), '...' and newaxis anywhere.
  */
-static int plan_read(const dvar_sharded_variable *v, const dvar_index *items, int n, read_plan *p)
+static int plan_read(const dvar_sharded_variable *v, const dvar_subscript *items, int n, read_plan *p)
 {
 	int rank = v->shape.rank, consumed = 0, ellipsis = 0, d = 0, rc;
 
@@ -843,13 +846,13 @@ static int plan_read(const dvar_sharded_variable *v, const dvar_index *items, in
 		                      n < 0 ? "the item count is negative" : "items is NULL");
 	for (int k = 0; k < n; k++) {
 		switch (items[k].kind) {
-		case DVAR_INDEX_INT:
-		case DVAR_INDEX_SLICE:
+		case DVAR_SUBSCRIPT_INT:
+		case DVAR_SUBSCRIPT_SLICE:
 			consumed++;
 			break;
-		case DVAR_INDEX_NEWAXIS:
+		case DVAR_SUBSCRIPT_NEWAXIS:
 			break;
-		case DVAR_INDEX_ELLIPSIS:
+		case DVAR_SUBSCRIPT_ELLIPSIS:
 			if (ellipsis++)
 				return dvar_error_set(DVAR_EINVAL,
 				                      "reading sharded variable '%s': Multiple ellipses in "
@@ -870,18 +873,18 @@ static int plan_read(const dvar_sharded_variable *v, const dvar_index *items, in
 	p->axis0 = AXIS0_ALL;
 	p->nrows = rank == 0 ? 1 : (uint64_t)v->rows;
 	for (int k = 0; k < n; k++) {
-		const dvar_index *it = &items[k];
+		const dvar_subscript *it = &items[k];
 
 		switch (it->kind) {
-		case DVAR_INDEX_NEWAXIS:
+		case DVAR_SUBSCRIPT_NEWAXIS:
 			rc = push_dim(v, p, 1);
 			break;
-		case DVAR_INDEX_ELLIPSIS:
+		case DVAR_SUBSCRIPT_ELLIPSIS:
 			rc = DVAR_OK;
 			for (int e = 0; e < rank - consumed && rc == DVAR_OK; e++, d++)
 				rc = full_dim(v, p, d);
 			break;
-		case DVAR_INDEX_INT: {
+		case DVAR_SUBSCRIPT_INT: {
 			int64_t dim = d == 0 ? v->rows : v->shape.dims[d];
 			int64_t i = it->index < 0 ? it->index + dim : it->index;
 
@@ -903,7 +906,7 @@ static int plan_read(const dvar_sharded_variable *v, const dvar_index *items, in
 			rc = DVAR_OK;
 			break;
 		}
-		case DVAR_INDEX_SLICE:
+		case DVAR_SUBSCRIPT_SLICE:
 			if (d == 0) {
 				int64_t count = 0;
 
@@ -967,8 +970,8 @@ static int plan_rows(const dvar_sharded_variable *v, const read_plan *p, int64_t
 	}
 }
 
-int dvar_sharded_variable_read(dvar_sharded_variable *v, const dvar_index *items, int n,
-                               void *dst, uint64_t dst_bytes, dvar_shape *out_shape)
+int dvar_sharded_variable_read(dvar_sharded_variable *v, const dvar_subscript *items, int n,
+                               void *dst, size_t dst_bytes, dvar_shape *out_shape)
 {
 	read_plan p;
 	int64_t *rows = NULL;
@@ -1002,7 +1005,7 @@ int dvar_sharded_variable_read(dvar_sharded_variable *v, const dvar_index *items
 		m = (size_t)p.nrows;
 	}
 	snprintf(what, sizeof what, "reading sharded variable '%s'", v->name);
-	rc = dvar_sharded__fetch(v, rc, rows, m, v->shape.rank > 1 ? p.sel : NULL, dst, what);
+	rc = dvar_sharded_fetch(v, rc, rows, m, v->shape.rank > 1 ? p.sel : NULL, dst, what);
 	free(rows);
 	return rc;
 }
@@ -1023,14 +1026,14 @@ static int update(dvar_sharded_variable *v, const void *value, int kind)
 	else if (kind != UPDATE_ASSIGN)
 		rc = dvar_kernel_check(v->dtype, kind == UPDATE_ADD ? DVAR_KOP_ADD : DVAR_KOP_SUB, what);
 	/* All or nothing: no owner applies its rows unless every worker can. */
-	rc = dvar_strategy__agree(v->s, rc, what);
+	rc = dvar_strategy_agree(v->s, rc, what);
 	if (rc != DVAR_OK)
 		return rc;
 	for (int64_t i = 0; i < v->n; i++) {
 		size_t bytes = shard_bytes(v, i);
 		const unsigned char *src;
 
-		if (dvar_sharded__owner(v, i) != v->worker || bytes == 0)
+		if (dvar_sharded_owner(v, i) != v->worker || bytes == 0)
 			continue;
 		/* TF: array_ops.slice(value, offsets[i], shard shape). */
 		src = (const unsigned char *)value + shard_start_bytes(v, i);
@@ -1064,7 +1067,7 @@ int dvar_sharded_variable_assign_sub(dvar_sharded_variable *v, const void *delta
  * the layout first (_decompose_indices), then the op, then the arguments. */
 static int check_scatter(const dvar_sharded_variable *v, dvar_scatter_op op,
                          const int64_t *indices, size_t count, const void *rows,
-                         uint64_t rows_bytes, const char *what)
+                         size_t rows_bytes, const char *what)
 {
 	uint64_t need;
 	int rc;
@@ -1076,7 +1079,7 @@ static int check_scatter(const dvar_sharded_variable *v, dvar_scatter_op op,
 		                      "%s: scatter_xxx ops are not supported in ShardedVariable that "
 		                      "does not conform to \"div\" sharding",
 		                      what);
-	if ((rc = dvar_variable__scatter_check(v->dtype, op, what)) != DVAR_OK)
+	if ((rc = dvar_variable_scatter_check(v->dtype, op, what)) != DVAR_OK)
 		return rc;
 	if (count > 0 && !indices)
 		return dvar_error_set(DVAR_EINVAL, "%s: indices is NULL", what);
@@ -1124,7 +1127,7 @@ static int apply_updates(dvar_sharded_variable *v, dvar_scatter_op op, const uns
 
 				if (pass == 0) {
 					if (r < 0 || r >= v->rows ||
-					    dvar_sharded__owner(v, shard_of(v, r)) != v->worker)
+					    dvar_sharded_owner(v, shard_of(v, r)) != v->worker)
 						return dvar_error_set(DVAR_ECOMM,
 						                      "%s: worker %d sent worker %d an update of "
 						                      "row %lld, which it does not hold",
@@ -1133,7 +1136,7 @@ static int apply_updates(dvar_sharded_variable *v, dvar_scatter_op op, const uns
 				}
 				i = shard_of(v, r);
 				r -= v->offsets[i];
-				dvar_variable__scatter_rows(v->dtype, op, v->data[i], (size_t)v->row_elems, &r,
+				dvar_variable_scatter_rows(v->dtype, op, v->data[i], (size_t)v->row_elems, &r,
 				                            1, item + 8);
 			}
 			p += recv_bytes[w];
@@ -1144,9 +1147,9 @@ static int apply_updates(dvar_sharded_variable *v, dvar_scatter_op op, const uns
 
 int dvar_sharded_variable_scatter(dvar_sharded_variable *v, dvar_scatter_op op,
                                   const int64_t *indices, size_t count, const void *rows,
-                                  uint64_t rows_bytes)
+                                  size_t rows_bytes)
 {
-	const char *name = dvar_variable__scatter_name(op);
+	const char *name = dvar_variable_scatter_name(op);
 	char what[DVAR_ERROR_MESSAGE_MAX];
 	uint64_t *sizes = NULL; /* W each: received, sent per owner */
 	void *recv = NULL;

@@ -32,10 +32,10 @@ struct dvar_sharded_variable {
 /** Which elements of a row to take along dimension d (1..rank-1). */
 typedef struct {
 	int64_t start, step, count;
-} dvar_sharded__sel;
+} dvar_sharded_sel;
 
 /** The worker that owns shard i. */
-static inline int dvar_sharded__owner(const dvar_sharded_variable *v, int64_t i)
+static inline int dvar_sharded_owner(const dvar_sharded_variable *v, int64_t i)
 {
 	return (int)(i % v->W);
 }
@@ -49,7 +49,7 @@ static inline int dvar_sharded__owner(const dvar_sharded_variable *v, int64_t i)
  * failure before the call, message set) joins the exchange and fails it on
  * every worker. what names the step and must be the same on every worker.
  */
-int dvar_sharded__fetch(dvar_sharded_variable *v, int local_rc, const int64_t *rows, size_t m,
-                        const dvar_sharded__sel *sel, void *dst, const char *what);
+int dvar_sharded_fetch(dvar_sharded_variable *v, int local_rc, const int64_t *rows, size_t m,
+                        const dvar_sharded_sel *sel, void *dst, const char *what);
 
 #endif

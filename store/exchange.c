@@ -73,7 +73,7 @@ static int fail_replica(dvar_replica *ctx, void *arg)
 	                                       : DVAR_OK;
 }
 
-int dvar_store__all_gather(dvar_strategy *s, const void *mine, size_t len, unsigned char **all,
+int dvar_store_all_gather(dvar_strategy *s, const void *mine, size_t len, unsigned char **all,
                            size_t *offs)
 {
 	int W = dvar_strategy_num_workers(s);
@@ -109,7 +109,7 @@ int dvar_store__all_gather(dvar_strategy *s, const void *mine, size_t len, unsig
 /* Each worker's contribution to an agreement: code, message, payload. */
 #define AGREE_HEADER 8
 
-int dvar_store__agree(dvar_strategy *s, int code, const void *payload, size_t len,
+int dvar_store_agree(dvar_strategy *s, int code, const void *payload, size_t len,
                       unsigned char **payloads, size_t *offs)
 {
 	int W = dvar_strategy_num_workers(s);
@@ -135,7 +135,7 @@ int dvar_store__agree(dvar_strategy *s, int code, const void *payload, size_t le
 		memcpy(header, &c32, 4);
 		memcpy(header + 4, &m32, 4);
 		memcpy(header + AGREE_HEADER, oom, m32);
-		if (W > 1 && dvar_store__all_gather(s, header, AGREE_HEADER + m32, &all, NULL) == DVAR_OK)
+		if (W > 1 && dvar_store_all_gather(s, header, AGREE_HEADER + m32, &all, NULL) == DVAR_OK)
 			free(all);
 		return dvar_error_set(DVAR_ENOMEM, "agreement: out of memory");
 	}
@@ -144,7 +144,7 @@ int dvar_store__agree(dvar_strategy *s, int code, const void *payload, size_t le
 	memcpy(mine + AGREE_HEADER, msg, mlen);
 	if (len)
 		memcpy(mine + AGREE_HEADER + mlen, payload, len);
-	rc = dvar_store__all_gather(s, mine, AGREE_HEADER + mlen + len, &all, all_offs);
+	rc = dvar_store_all_gather(s, mine, AGREE_HEADER + mlen + len, &all, all_offs);
 	free(mine);
 	if (rc != DVAR_OK) {
 		free(all_offs);
@@ -188,12 +188,12 @@ int dvar_store__agree(dvar_strategy *s, int code, const void *payload, size_t le
 	return rc;
 }
 
-const char *dvar_store__sync_name(int sync)
+const char *dvar_store_sync_name(int sync)
 {
 	return sync == DVAR_SYNC_ON_READ ? DVAR_SYNC_NAME_ON_READ : DVAR_SYNC_NAME_ON_WRITE;
 }
 
-const char *dvar_store__agg_name(int agg)
+const char *dvar_store_agg_name(int agg)
 {
 	switch (agg) {
 	case DVAR_AGG_SUM: return DVAR_AGG_NAME_SUM;

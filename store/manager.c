@@ -27,7 +27,7 @@
 /* Checkpoints named in a "the root holds no ckpt-S" message, at most. */
 #define LISTED_NAMES 8
 
-struct dvar_checkpoint_manager {
+struct dvar_manager {
 	dvar_strategy *s;
 	char *root;
 	dvar_variable **vars;
@@ -48,7 +48,7 @@ struct dvar_checkpoint_manager {
 /* ---------------------------------------------------------------- opening */
 
 /* Everything a worker checks on its own; the copies go into m. */
-static int prepare(dvar_checkpoint_manager *m, const char *root, dvar_variable *const *vars,
+static int prepare(dvar_manager *m, const char *root, dvar_variable *const *vars,
                    size_t n, const dvar_manager_options *opts)
 {
 	dvar_write_options wdefaults = DVAR_WRITE_OPTIONS_INIT;
@@ -57,9 +57,9 @@ static int prepare(dvar_checkpoint_manager *m, const char *root, dvar_variable *
 	const dvar_save_options *so = opts ? opts->save : NULL;
 	const dvar_restore_options *ro = opts ? opts->restore : NULL;
 
-	if (opts && opts->version != DVAR_MANAGER_OPTIONS_VERSION)
-		return dvar_error_set(DVAR_EINVAL, "manager options version %u, expected %u",
-		                      opts->version, DVAR_MANAGER_OPTIONS_VERSION);
+	if (opts && dvar_check_version("dvar_manager_options", opts->version,
+	                               DVAR_MANAGER_OPTIONS_VERSION))
+		return DVAR_EINVAL;
 	if (!root || root[0] == '\0')
 		return dvar_error_set(DVAR_EINVAL, "no checkpoint root given");
 	if (opts && opts->save_every < 0)
@@ -69,18 +69,15 @@ static int prepare(dvar_checkpoint_manager *m, const char *root, dvar_variable *
 	if (opts && opts->keep_last < 0)
 		return dvar_error_set(DVAR_EINVAL, "keep_last is %d; it must be >= 0 (0 keeps all)",
 		                      opts->keep_last);
-	if (so && so->version != DVAR_SAVE_OPTIONS_VERSION)
-		return dvar_error_set(DVAR_EINVAL, "save options version %u, expected %u",
-		                      so->version, DVAR_SAVE_OPTIONS_VERSION);
-	if (so && so->write && so->write->version != DVAR_WRITE_OPTIONS_VERSION)
-		return dvar_error_set(DVAR_EINVAL, "write options version %u, expected %u",
-		                      so->write->version, DVAR_WRITE_OPTIONS_VERSION);
-	if (ro && ro->version != DVAR_RESTORE_OPTIONS_VERSION)
-		return dvar_error_set(DVAR_EINVAL, "restore options version %u, expected %u",
-		                      ro->version, DVAR_RESTORE_OPTIONS_VERSION);
-	if (ro && ro->read && ro->read->version != DVAR_READ_OPTIONS_VERSION)
-		return dvar_error_set(DVAR_EINVAL, "read options version %u, expected %u",
-		                      ro->read->version, DVAR_READ_OPTIONS_VERSION);
+	if ((so &&
+	     dvar_check_version("dvar_save_options", so->version, DVAR_SAVE_OPTIONS_VERSION)) ||
+	    (so && so->write && dvar_check_version("dvar_write_options", so->write->version,
+	                                           DVAR_WRITE_OPTIONS_VERSION)) ||
+	    (ro && dvar_check_version("dvar_restore_options", ro->version,
+	                              DVAR_RESTORE_OPTIONS_VERSION)) ||
+	    (ro && ro->read && dvar_check_version("dvar_read_options", ro->read->version,
+	                                          DVAR_READ_OPTIONS_VERSION)))
+		return DVAR_EINVAL;
 	if (n && !vars)
 		return dvar_error_set(DVAR_EINVAL, "%zu variables but vars is NULL", n);
 	if (!n && !(so && (so->num_tensors || so->num_sharded || so->num_iterators)))
@@ -117,7 +114,7 @@ static int prepare(dvar_checkpoint_manager *m, const char *root, dvar_variable *
 	return DVAR_OK;
 }
 
-void dvar_manager_free(dvar_checkpoint_manager *m)
+void dvar_manager_free(dvar_manager *m)
 {
 	if (!m)
 		return;
@@ -126,10 +123,17 @@ void dvar_manager_free(dvar_checkpoint_manager *m)
 	free(m);
 }
 
-int dvar_manager_open(dvar_checkpoint_manager **out, dvar_strategy *s, const char *root,
+int dvar_manager_options_init(dvar_manager_options *opts, unsigned int version)
+{
+	static const dvar_manager_options init = DVAR_MANAGER_OPTIONS_INIT;
+	return dvar_options_init(opts, sizeof *opts, &init, "dvar_manager_options", version,
+	                         DVAR_MANAGER_OPTIONS_VERSION);
+}
+
+int dvar_manager_open(dvar_manager **out, dvar_strategy *s, const char *root,
                       dvar_variable *const *vars, size_t n, const dvar_manager_options *opts)
 {
-	dvar_checkpoint_manager *m;
+	dvar_manager *m;
 	int rc;
 
 	if (!out)
@@ -150,7 +154,7 @@ int dvar_manager_open(dvar_checkpoint_manager **out, dvar_strategy *s, const cha
 	if (rc == DVAR_OK && (dvar_strategy_worker_id(s) == 0 ||
 	                      (m->sopts.flags & DVAR_SAVE_EVERY_WORKER)))
 		rc = dvar_fs_mkdirs(root);
-	rc = dvar_store__agree(s, rc, NULL, 0, NULL, NULL);
+	rc = dvar_store_agree(s, rc, NULL, 0, NULL, NULL);
 	if (rc != DVAR_OK) {
 		dvar_manager_free(m);
 		return dvar_error_prefix("opening a checkpoint manager for '%s'",
@@ -167,7 +171,7 @@ int dvar_manager_open(dvar_checkpoint_manager **out, dvar_strategy *s, const cha
  * every worker). A checkpoint of that step committed already (DVAR_EEXISTS)
  * is what the manager wanted: not an error.
  */
-static int finished(dvar_checkpoint_manager *m, int rc)
+static int finished(dvar_manager *m, int rc)
 {
 	int64_t step = m->pending;
 
@@ -184,7 +188,7 @@ static int finished(dvar_checkpoint_manager *m, int rc)
 }
 
 /* Finish this manager's pending save, if any, and return its status. */
-static int finish_pending(dvar_checkpoint_manager *m)
+static int finish_pending(dvar_manager *m)
 {
 	if (m->pending == NO_STEP)
 		return DVAR_OK;
@@ -203,7 +207,7 @@ static int check_step(int64_t step)
  * finished first; when it failed, its error is returned and nothing new is
  * started (as dvar_save_async does).
  */
-static int save_step(dvar_checkpoint_manager *m, int64_t step, int *saved)
+static int save_step(dvar_manager *m, int64_t step, int *saved)
 {
 	int rc;
 
@@ -233,7 +237,7 @@ static int save_step(dvar_checkpoint_manager *m, int64_t step, int *saved)
 	return DVAR_OK;
 }
 
-int dvar_manager_step(dvar_checkpoint_manager *m, int64_t step, int *saved)
+int dvar_manager_step(dvar_manager *m, int64_t step, int *saved)
 {
 	int rc, done = 0;
 
@@ -252,7 +256,7 @@ int dvar_manager_step(dvar_checkpoint_manager *m, int64_t step, int *saved)
 	return done ? finished(m, rc) : rc;
 }
 
-int dvar_manager_save(dvar_checkpoint_manager *m, int64_t step)
+int dvar_manager_save(dvar_manager *m, int64_t step)
 {
 	if (!m)
 		return dvar_error_set(DVAR_EINVAL, "dvar_manager_save: manager is NULL");
@@ -261,7 +265,7 @@ int dvar_manager_save(dvar_checkpoint_manager *m, int64_t step)
 	return save_step(m, step, NULL);
 }
 
-int dvar_manager_wait(dvar_checkpoint_manager *m)
+int dvar_manager_wait(dvar_manager *m)
 {
 	if (!m)
 		return dvar_error_set(DVAR_EINVAL, "dvar_manager_wait: manager is NULL");
@@ -342,7 +346,7 @@ static int resolve(const char *root, int64_t step, char *name, size_t cap, int64
  * Agree on the chief's answer: every worker gets its path and step, or its
  * error. *own is 1 when the directory is the manager's ckpt-<step> name.
  */
-static int agree_on_checkpoint(dvar_checkpoint_manager *m, int64_t step, char **path,
+static int agree_on_checkpoint(dvar_manager *m, int64_t step, char **path,
                                int64_t *found, int *own)
 {
 	char want[64];
@@ -362,7 +366,7 @@ static int agree_on_checkpoint(dvar_checkpoint_manager *m, int64_t step, char **
 		memcpy(payload, found, 8);
 		memcpy(payload + 8, name, len - 8);
 	}
-	rc = dvar_store__agree(m->s, rc, payload, len, offs ? &all : NULL, offs);
+	rc = dvar_store_agree(m->s, rc, payload, len, offs ? &all : NULL, offs);
 	if (rc == DVAR_OK) {
 		len = offs[1] - offs[0];
 		memcpy(found, all + offs[0], 8);
@@ -378,7 +382,7 @@ static int agree_on_checkpoint(dvar_checkpoint_manager *m, int64_t step, char **
 	return rc;
 }
 
-int dvar_manager_restore(dvar_checkpoint_manager *m, int64_t step, int64_t *restored)
+int dvar_manager_restore(dvar_manager *m, int64_t step, int64_t *restored)
 {
 	int64_t found = NO_STEP;
 	char *path = NULL;

@@ -23,7 +23,7 @@ DVAR_BEGIN_DECL
  * at (*all)[offs[w] .. offs[w + 1]); offs has W + 1 entries (or is NULL when
  * the caller needs none). With one worker it is a copy.
  */
-int dvar_store__all_gather(dvar_strategy *s, const void *mine, size_t len, unsigned char **all,
+int dvar_store_all_gather(dvar_strategy *s, const void *mine, size_t len, unsigned char **all,
                            size_t *offs);
 
 /*
@@ -32,22 +32,22 @@ int dvar_store__all_gather(dvar_strategy *s, const void *mine, size_t len, unsig
  * payload, and every worker gets back the same answer: DVAR_OK when every
  * code was, otherwise the code and message of the lowest-numbered failing
  * worker ("worker 2: ..." when W > 1). On success, payloads (may be NULL)
- * receives what dvar_store__all_gather would (the payloads of every
+ * receives what dvar_store_all_gather would (the payloads of every
  * worker); on failure it is left NULL.
  */
-int dvar_store__agree(dvar_strategy *s, int code, const void *payload, size_t len,
+int dvar_store_agree(dvar_strategy *s, int code, const void *payload, size_t len,
                       unsigned char **payloads, size_t *offs);
 
 /*
  * Check plain tensor #i's name, dtype and shape (not its data: whether data
  * may be NULL depends on the caller) and give its shape and size in bytes.
  */
-int dvar_store__check_tensor(const dvar_store_tensor *t, size_t i, dvar_shape *shape,
+int dvar_store_check_tensor(const dvar_store_tensor *t, size_t i, dvar_shape *shape,
                              size_t *nbytes);
 
 /* The text of a variable's synchronization or aggregation, as recorded. */
-const char *dvar_store__sync_name(int sync);
-const char *dvar_store__agg_name(int agg);
+const char *dvar_store_sync_name(int sync);
+const char *dvar_store_agg_name(int agg);
 
 DVAR_END_DECL
 

@@ -3,9 +3,21 @@
  * and the callback types shared by every dvar module.
  *
  * Every dvar function that can fail returns an int: DVAR_OK (0) or one of the
- * negative dvar_code values. The details of the last failure on the calling
- * thread (what failed, on which file / variable / slice) are kept in a
- * thread-local record that dvar_error_last() returns.
+ * negative dvar_code values; that status is how a caller tells failure from
+ * success. The details of the most recent failure on the calling thread
+ * (what failed, on which file / variable / slice) are kept in a
+ * thread-local record that dvar_error_last() returns. Successful calls leave
+ * the record alone (as libgit2's git_error_last), so read it only after a
+ * call returned an error.
+ *
+ * Lengths: the byte length of memory the caller passes or receives (a
+ * buffer's size, a blob's length) and the length of an array in memory are
+ * size_t; sizes of data as a shape or a file describes it (element and byte
+ * counts of a tensor, file sizes and offsets) are uint64_t.
+ *
+ * Memory the library hands out for the caller to release (a blob, a string)
+ * is released with dvar_free, never free(): the library may use another
+ * allocator than the program. Objects have their own _free functions.
  */
 #ifndef DVAR_COMMON_H
 #define DVAR_COMMON_H
@@ -53,20 +65,26 @@ typedef enum {
 	DVAR_ECANCELED = -14  /**< the caller cancelled the operation (dvar_callbacks.cancel) */
 } dvar_code;
 
-/** The last error on this thread. message is never NULL ("" after success). */
+/** The most recent error on this thread. message is never NULL ("" when
+ *  there was none, or after dvar_error_clear). */
 typedef struct {
 	int code;
 	const char *message;
 } dvar_error;
 
 /**
- * The last error raised on the calling thread.
+ * The most recent error raised on the calling thread. Not cleared by
+ * successful calls: after a call returned DVAR_OK it may still describe an
+ * older failure, so it says why a call failed but never whether one did.
  * @return never NULL; valid until the next dvar call on this thread.
  */
 DVAR_EXTERN(const dvar_error *) dvar_error_last(void);
 
-/** Clear the calling thread's error record. */
+/** Empty the calling thread's error record (code DVAR_OK, message ""). */
 DVAR_EXTERN(void) dvar_error_clear(void);
+
+/** Release memory the library handed out (see each function). NULL is a no-op. */
+DVAR_EXTERN(void) dvar_free(void *p);
 
 /** A static, human-readable name for a status code ("I/O error"). */
 DVAR_EXTERN(const char *) dvar_strerror(int code);

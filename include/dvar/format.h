@@ -55,7 +55,13 @@ typedef struct {
 } dvar_write_options;
 
 #define DVAR_WRITE_OPTIONS_VERSION 1
-#define DVAR_WRITE_OPTIONS_INIT { .version = DVAR_WRITE_OPTIONS_VERSION }
+#define DVAR_WRITE_OPTIONS_INIT { DVAR_WRITE_OPTIONS_VERSION }
+
+/**
+ * Set *opts to DVAR_WRITE_OPTIONS_INIT: zeroed, with version and the defaults.
+ * @return DVAR_EINVAL for a version this library does not know
+ */
+DVAR_EXTERN(int) dvar_write_options_init(dvar_write_options *opts, unsigned int version);
 
 typedef struct dvar_writer dvar_writer;
 
@@ -211,7 +217,7 @@ DVAR_EXTERN(int) dvar_writer_open_step_part(dvar_writer **out, const char *root,
  * wrote and its data file size, encoded as docs/FORMAT.md's "part entries".
  * Afterwards only dvar_writer_commit_parts (on the chief) and
  * dvar_writer_free are allowed.
- * @param entries  a malloc'ed blob; the caller frees it with free()
+ * @param entries  a blob the caller releases with dvar_free
  */
 DVAR_EXTERN(int) dvar_writer_finish_part(dvar_writer *w, void **entries, size_t *len);
 
@@ -255,7 +261,13 @@ typedef struct {
 } dvar_read_options;
 
 #define DVAR_READ_OPTIONS_VERSION 1
-#define DVAR_READ_OPTIONS_INIT { .version = DVAR_READ_OPTIONS_VERSION }
+#define DVAR_READ_OPTIONS_INIT { DVAR_READ_OPTIONS_VERSION }
+
+/**
+ * Set *opts to DVAR_READ_OPTIONS_INIT: zeroed, with version and the defaults.
+ * @return DVAR_EINVAL for a version this library does not know
+ */
+DVAR_EXTERN(int) dvar_read_options_init(dvar_read_options *opts, unsigned int version);
 
 /** What the index says of one variable. Strings are borrowed from the reader. */
 typedef struct {
@@ -326,7 +338,7 @@ DVAR_EXTERN(int) dvar_reader_var_slice(const dvar_reader *r, size_t i, size_t j,
  * One read at a time per reader.
  */
 DVAR_EXTERN(int) dvar_reader_read(dvar_reader *r, size_t i, const dvar_slice *slice,
-                                  void *dst, uint64_t dst_bytes);
+                                  void *dst, size_t dst_bytes);
 
 /**
  * dvar_var_info.dtype of a TensorFlow string tensor (DT_STRING), which a
@@ -346,7 +358,7 @@ DVAR_EXTERN(int) dvar_reader_read(dvar_reader *r, size_t i, const dvar_slice *sl
  * them, to read the tensor once.
  */
 DVAR_EXTERN(int) dvar_reader_read_strings(dvar_reader *r, size_t i, uint64_t *lens, uint64_t n,
-                                          void *bytes, uint64_t cap, uint64_t *total);
+                                          void *bytes, size_t cap, uint64_t *total);
 
 /* Mapping: zero-copy access to raw data, for serving. docs/FORMAT.md, "Mapping". */
 
@@ -363,7 +375,7 @@ DVAR_EXTERN(int) dvar_reader_read_strings(dvar_reader *r, size_t i, uint64_t *le
  */
 typedef struct {
 	const void *data; /**< the elements, row-major, little-endian; NULL when size is 0 */
-	uint64_t size;    /**< bytes at data: the slice's byte count */
+	size_t size;      /**< bytes at data: the slice's byte count */
 	void *base_;
 	size_t length_;
 } dvar_mapping;
@@ -488,7 +500,7 @@ typedef struct {
  *         field, a malformed value) and for a state without
  *         model_checkpoint_path; DVAR_EIO. On failure *out is empty.
  */
-DVAR_EXTERN(int) dvar_checkpoint_state_read(const char *dir, dvar_checkpoint_state *out);
+DVAR_EXTERN(int) dvar_checkpoint_state_read(dvar_checkpoint_state *out, const char *dir);
 DVAR_EXTERN(void) dvar_checkpoint_state_clear(dvar_checkpoint_state *s);
 
 /* ------------------------- TensorFlow checkpoints (TensorBundle) - writing */
@@ -502,7 +514,7 @@ DVAR_EXTERN(void) dvar_checkpoint_state_clear(dvar_checkpoint_state *s);
  * entry encoding, table layout, masked CRC-32C checksums; docs/FORMAT.md,
  * "Writing TensorFlow checkpoints".
  *
- *     dvar_tf_writer_open(&w, "export/model.ckpt");
+ *     dvar_tf_writer_open(&w, "export/model.ckpt", NULL);
  *     dvar_tf_writer_begin(w, "emb/.ATTRIBUTES/VARIABLE_VALUE", DVAR_FLOAT32, &full, &rows);
  *     while (more)
  *         dvar_tf_writer_write(w, piece, piece_bytes);   any sizes, in order
@@ -535,11 +547,20 @@ typedef struct dvar_tf_writer dvar_tf_writer;
  * @param out     the writer; the caller frees it with dvar_tf_writer_free
  * @param prefix  the bundle's prefix ("dir/model.ckpt-100"): not empty, not
  *                ending in '/'
+ * @param opts    NULL for defaults; dvar_writer_open's options, of which a
+ *                bundle (one stream, no chunks) uses flags'
+ *                DVAR_WRITE_NO_FSYNC (the data file and the directory are
+ *                not fsynced) and progress (the bytes of the data file so
+ *                far, total 0, from the calling thread); chunk_size,
+ *                compress, threads, keep_last and DVAR_WRITE_NO_DIRECT_IO
+ *                are ignored.
  * @return DVAR_EEXISTS when PREFIX.index or PREFIX.data-00000-of-00001
  *         exists already (a bundle is never replaced); DVAR_EINVAL for a bad
- *         prefix; DVAR_EIO when a file or directory cannot be created.
+ *         prefix or options version; DVAR_EIO when a file or directory
+ *         cannot be created.
  */
-DVAR_EXTERN(int) dvar_tf_writer_open(dvar_tf_writer **out, const char *prefix);
+DVAR_EXTERN(int) dvar_tf_writer_open(dvar_tf_writer **out, const char *prefix,
+                                     const dvar_write_options *opts);
 
 /**
  * Open a tensor, or one slice of a partitioned tensor, whose bytes will

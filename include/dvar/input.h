@@ -120,7 +120,13 @@ typedef struct {
 #define DVAR_INPUT_PREFETCH_OFF (-1)
 
 #define DVAR_INPUT_OPTIONS_VERSION 1
-#define DVAR_INPUT_OPTIONS_INIT { .version = DVAR_INPUT_OPTIONS_VERSION }
+#define DVAR_INPUT_OPTIONS_INIT { DVAR_INPUT_OPTIONS_VERSION }
+
+/**
+ * Set *opts to DVAR_INPUT_OPTIONS_INIT: zeroed, with version and the defaults.
+ * @return DVAR_EINVAL for a version this library does not know
+ */
+DVAR_EXTERN(int) dvar_input_options_init(dvar_input_options *opts, unsigned int version);
 
 /* ------------------------------------------------------------------ input context */
 

@@ -49,7 +49,13 @@ typedef struct {
 } dvar_restore_options;
 
 #define DVAR_RESTORE_OPTIONS_VERSION 1
-#define DVAR_RESTORE_OPTIONS_INIT { .version = DVAR_RESTORE_OPTIONS_VERSION }
+#define DVAR_RESTORE_OPTIONS_INIT { DVAR_RESTORE_OPTIONS_VERSION }
+
+/**
+ * Set *opts to DVAR_RESTORE_OPTIONS_INIT: zeroed, with version and the defaults.
+ * @return DVAR_EINVAL for a version this library does not know
+ */
+DVAR_EXTERN(int) dvar_restore_options_init(dvar_restore_options *opts, unsigned int version);
 
 /**
  * Collective: restore vars[0..n) (and opts->tensors) from a checkpoint, by
@@ -131,7 +137,13 @@ typedef struct {
 } dvar_reshard_options;
 
 #define DVAR_RESHARD_OPTIONS_VERSION 1
-#define DVAR_RESHARD_OPTIONS_INIT { .version = DVAR_RESHARD_OPTIONS_VERSION }
+#define DVAR_RESHARD_OPTIONS_INIT { DVAR_RESHARD_OPTIONS_VERSION }
+
+/**
+ * Set *opts to DVAR_RESHARD_OPTIONS_INIT: zeroed, with version and the defaults.
+ * @return DVAR_EINVAL for a version this library does not know
+ */
+DVAR_EXTERN(int) dvar_reshard_options_init(dvar_reshard_options *opts, unsigned int version);
 
 /**
  * A new checkpoint at out in which the chosen variables are written as M
@@ -190,7 +202,13 @@ typedef struct {
 } dvar_export_options;
 
 #define DVAR_EXPORT_OPTIONS_VERSION 1
-#define DVAR_EXPORT_OPTIONS_INIT { .version = DVAR_EXPORT_OPTIONS_VERSION }
+#define DVAR_EXPORT_OPTIONS_INIT { DVAR_EXPORT_OPTIONS_VERSION }
+
+/**
+ * Set *opts to DVAR_EXPORT_OPTIONS_INIT: zeroed, with version and the defaults.
+ * @return DVAR_EINVAL for a version this library does not know
+ */
+DVAR_EXTERN(int) dvar_export_options_init(dvar_export_options *opts, unsigned int version);
 
 /**
  * Write every variable of in (less the ones dropped) as one full tensor in
@@ -223,7 +241,8 @@ typedef struct {
 typedef struct {
 	unsigned int version;    /**< DVAR_IMPORT_OPTIONS_VERSION */
 	/** >= 0: write out/ckpt-<step> under the root out and make it the
-	 *  latest; -1 (the INIT default is 0: set it): out is the checkpoint. */
+	 *  latest; -1 (the default of DVAR_IMPORT_OPTIONS_INIT and
+	 *  dvar_import_options_init; a zeroed struct has 0): out is the checkpoint. */
 	int64_t step;
 	int keep_last;           /**< with step >= 0: keep this many; 0 = all */
 	/** Arrays to write as this many div shards (by their variable name). */
@@ -236,7 +255,13 @@ typedef struct {
 } dvar_import_options;
 
 #define DVAR_IMPORT_OPTIONS_VERSION 1
-#define DVAR_IMPORT_OPTIONS_INIT { .version = DVAR_IMPORT_OPTIONS_VERSION, .step = -1 }
+#define DVAR_IMPORT_OPTIONS_INIT { DVAR_IMPORT_OPTIONS_VERSION, -1 }
+
+/**
+ * Set *opts to DVAR_IMPORT_OPTIONS_INIT: zeroed, with version and the defaults.
+ * @return DVAR_EINVAL for a version this library does not know
+ */
+DVAR_EXTERN(int) dvar_import_options_init(dvar_import_options *opts, unsigned int version);
 
 /**
  * A new checkpoint at out from n array files. Every file is opened and its
@@ -278,7 +303,8 @@ DVAR_EXTERN(int) dvar_import(const char *out, const dvar_import_source *srcs, si
 DVAR_EXTERN(int) dvar_reader_digest(dvar_reader *r, size_t i, uint32_t *crc);
 
 /**
- * TensorFlow 2's object-based checkpoint key shortened (malloc'ed; NULL when
+ * TensorFlow 2's object-based checkpoint key shortened (release it with
+ * dvar_free; NULL when
  * out of memory): a trailing "/.ATTRIBUTES/VARIABLE_VALUE" goes,
  * "/.OPTIMIZER_SLOT/" becomes '@' and any other "/.ATTRIBUTES/" ':'.
  * "x/.ATTRIBUTES/VARIABLE_VALUE" -> "x";

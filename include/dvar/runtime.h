@@ -99,7 +99,13 @@ typedef enum {
 #define DVAR_STRATEGY_NCCL_ALL_REDUCE (1u << 0)
 
 #define DVAR_STRATEGY_OPTIONS_VERSION 1
-#define DVAR_STRATEGY_OPTIONS_INIT { .version = DVAR_STRATEGY_OPTIONS_VERSION }
+#define DVAR_STRATEGY_OPTIONS_INIT { DVAR_STRATEGY_OPTIONS_VERSION }
+
+/**
+ * Set *opts to DVAR_STRATEGY_OPTIONS_INIT: zeroed, with version and the defaults.
+ * @return DVAR_EINVAL for a version this library does not know
+ */
+DVAR_EXTERN(int) dvar_strategy_options_init(dvar_strategy_options *opts, unsigned int version);
 
 /**
  * The CUDA devices this process can use: DVAR_OK with *count >= 1;
@@ -333,7 +339,13 @@ typedef struct {
 } dvar_variable_spec;
 
 #define DVAR_VARIABLE_SPEC_VERSION 1
-#define DVAR_VARIABLE_SPEC_INIT { .version = DVAR_VARIABLE_SPEC_VERSION }
+#define DVAR_VARIABLE_SPEC_INIT { DVAR_VARIABLE_SPEC_VERSION }
+
+/**
+ * Set *spec to DVAR_VARIABLE_SPEC_INIT: zeroed, with version and the defaults.
+ * @return DVAR_EINVAL for a version this library does not know
+ */
+DVAR_EXTERN(int) dvar_variable_spec_init(dvar_variable_spec *spec, unsigned int version);
 
 /**
  * Create a distributed variable: one component per local replica, named

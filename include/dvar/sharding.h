@@ -6,7 +6,7 @@
  * ParameterServerStrategy's "div" rule, ShardedVariable.__getitem__,
  * embedding_lookup's "mod" and "div" strategies) unless it says otherwise.
  *
- * The partitioner, layout, index and id functions are arithmetic on shapes,
+ * The partitioner, layout, subscript and id functions are arithmetic on shapes,
  * offsets and ids: they own no memory and talk to no one. Sharded variables
  * hold their shards on the workers of a strategy and move rows between
  * workers for reads and lookups.
@@ -53,14 +53,11 @@ typedef struct {
 	int64_t bytes_per_string; /**< TF's default 16 (dvar has no string dtype; kept for parity) */
 } dvar_partitioner;
 
-/** TF's constructor defaults for each kind (the size fields still need setting). */
-#define DVAR_PARTITIONER_FIXED_INIT(n) { .kind = DVAR_PARTITIONER_FIXED, .num_shards = (n) }
-#define DVAR_PARTITIONER_MIN_SIZE_INIT                                                  \
-	{ .kind = DVAR_PARTITIONER_MIN_SIZE, .min_shard_bytes = 256 << 10, .max_shards = 1, \
-	  .bytes_per_string = 16 }
-#define DVAR_PARTITIONER_MAX_SIZE_INIT(bytes)                                          \
-	{ .kind = DVAR_PARTITIONER_MAX_SIZE, .max_shard_bytes = (bytes), .max_shards = 0, \
-	  .bytes_per_string = 16 }
+/** TF's constructor defaults for each kind (the size fields still need setting).
+ *  Positional, in field order, so that C++ compiles them too. */
+#define DVAR_PARTITIONER_FIXED_INIT(n) { DVAR_PARTITIONER_FIXED, (n) }
+#define DVAR_PARTITIONER_MIN_SIZE_INIT { DVAR_PARTITIONER_MIN_SIZE, 0, 256 << 10, 0, 1, 16 }
+#define DVAR_PARTITIONER_MAX_SIZE_INIT(bytes) { DVAR_PARTITIONER_MAX_SIZE, 0, 0, (bytes), 0, 16 }
 
 /**
  * Check a partitioner's arguments: DVAR_EINVAL with TensorFlow's
@@ -120,25 +117,27 @@ DVAR_EXTERN(int) dvar_div_layout(int64_t rows, int64_t num_partitions, int64_t *
  */
 DVAR_EXTERN(int) dvar_div_layout_is(const int64_t *offsets, int64_t n);
 
-/* ------------------------------------------------------------ indexing */
+/* ---------------------------------------------------------- subscripts */
+/* "Subscript" is NumPy-style indexing (x[2:7, 0]); "index" is the
+ * checkpoint's index table (dvar/format.h). */
 
 typedef enum {
-	DVAR_INDEX_INT = 1,      /**< x[i]: drops the dimension; negative counts from the end */
-	DVAR_INDEX_SLICE = 2,    /**< x[start:stop:step], each part optional */
-	DVAR_INDEX_ELLIPSIS = 3, /**< x[...]: as many full dimensions as needed */
-	DVAR_INDEX_NEWAXIS = 4   /**< x[newaxis]: a new dimension of length 1 */
-} dvar_index_kind;
+	DVAR_SUBSCRIPT_INT = 1,      /**< x[i]: drops the dimension; negative counts from the end */
+	DVAR_SUBSCRIPT_SLICE = 2,    /**< x[start:stop:step], each part optional */
+	DVAR_SUBSCRIPT_ELLIPSIS = 3, /**< x[...]: as many full dimensions as needed */
+	DVAR_SUBSCRIPT_NEWAXIS = 4   /**< x[newaxis]: a new dimension of length 1 */
+} dvar_subscript_kind;
 
-/** One item of an index expression (Python's x[a, b:c, ...]). */
+/** One item of a subscript (Python's x[a, b:c, ...]). */
 typedef struct {
-	int kind;             /**< dvar_index_kind */
+	int kind;             /**< dvar_subscript_kind */
 	int64_t index;        /**< INT */
 	int64_t start, stop, step;
 	int has_start, has_stop, has_step; /**< SLICE: 0 = omitted (Python's None) */
-} dvar_index;
+} dvar_subscript;
 
 /**
- * Parse a NumPy-style index text ("2:7:2, 0", "...,0", "newaxis", "::-1",
+ * Parse a NumPy-style subscript ("2:7:2, 0", "...,0", "newaxis", "::-1",
  * "-3:") into items[0..*n) (cap items at most): items separated by ',' (one
  * trailing ',' allowed), spaces ignored between tokens, integers in 64
  * bits, "..." at most once, "newaxis" or "None" for a new axis. Fields an
@@ -146,7 +145,7 @@ typedef struct {
  * (counted from 1) when it does not parse; items may then be partly
  * written, *n is not.
  */
-DVAR_EXTERN(int) dvar_index_parse(const char *text, dvar_index *items, int cap, int *n);
+DVAR_EXTERN(int) dvar_subscript_parse(const char *text, dvar_subscript *items, int cap, int *n);
 
 /**
  * ShardedVariable._decompose_slice_spec for an axis-0 SLICE over shards with
@@ -160,7 +159,7 @@ DVAR_EXTERN(int) dvar_index_parse(const char *text, dvar_index *items, int cap, 
  * offsets that do not start at 0 or decrease.
  */
 DVAR_EXTERN(int) dvar_sharded_decompose_slice(const int64_t *offsets, int64_t n,
-                                              const dvar_index *spec, dvar_index *local,
+                                              const dvar_subscript *spec, dvar_subscript *local,
                                               int *present);
 
 /**
@@ -168,7 +167,7 @@ DVAR_EXTERN(int) dvar_sharded_decompose_slice(const int64_t *offsets, int64_t n,
  * normalization (the concatenation of dvar_sharded_decompose_slice's parts):
  * rows_out receives at most cap row numbers, *count the number selected.
  */
-DVAR_EXTERN(int) dvar_sharded_slice_rows(int64_t rows, const dvar_index *spec, int64_t *rows_out,
+DVAR_EXTERN(int) dvar_sharded_slice_rows(int64_t rows, const dvar_subscript *spec, int64_t *rows_out,
                                          int64_t cap, int64_t *count);
 
 /* ------------------------------------------------------------ embedding lookup */
@@ -223,7 +222,14 @@ typedef struct {
 } dvar_sharded_variable_spec;
 
 #define DVAR_SHARDED_VARIABLE_SPEC_VERSION 1
-#define DVAR_SHARDED_VARIABLE_SPEC_INIT { .version = DVAR_SHARDED_VARIABLE_SPEC_VERSION }
+#define DVAR_SHARDED_VARIABLE_SPEC_INIT { DVAR_SHARDED_VARIABLE_SPEC_VERSION }
+
+/**
+ * Set *spec to DVAR_SHARDED_VARIABLE_SPEC_INIT: zeroed, with version and the defaults.
+ * @return DVAR_EINVAL for a version this library does not know
+ */
+DVAR_EXTERN(int) dvar_sharded_variable_spec_init(dvar_sharded_variable_spec *spec,
+                                                 unsigned int version);
 
 /** One shard, as dvar_sharded_variable_shard describes it (borrowed strings). */
 typedef struct {
@@ -266,8 +272,8 @@ DVAR_EXTERN(int) dvar_sharded_variable_shard(const dvar_sharded_variable *v, int
  * both otherwise; call with dst NULL to learn the shape). Workers may pass
  * different items.
  */
-DVAR_EXTERN(int) dvar_sharded_variable_read(dvar_sharded_variable *v, const dvar_index *items,
-                                            int n, void *dst, uint64_t dst_bytes,
+DVAR_EXTERN(int) dvar_sharded_variable_read(dvar_sharded_variable *v, const dvar_subscript *items,
+                                            int n, void *dst, size_t dst_bytes,
                                             dvar_shape *out_shape);
 
 /**
@@ -302,7 +308,7 @@ DVAR_EXTERN(int) dvar_sharded_variable_assign_sub(dvar_sharded_variable *v, cons
  */
 DVAR_EXTERN(int) dvar_sharded_variable_scatter(dvar_sharded_variable *v, dvar_scatter_op op,
                                                const int64_t *indices, size_t count,
-                                               const void *rows, uint64_t rows_bytes);
+                                               const void *rows, size_t rows_bytes);
 
 /**
  * Collective: each worker looks up its own ids[0..count) (count may differ
@@ -317,7 +323,7 @@ DVAR_EXTERN(int) dvar_sharded_variable_scatter(dvar_sharded_variable *v, dvar_sc
  */
 DVAR_EXTERN(int) dvar_embedding_lookup(dvar_sharded_variable *v, int strategy,
                                        const int64_t *ids, size_t count, double max_norm,
-                                       void *dst, uint64_t dst_bytes);
+                                       void *dst, size_t dst_bytes);
 
 DVAR_END_DECL
 

@@ -93,7 +93,13 @@ typedef struct {
 #define DVAR_SAVE_EVERY_WORKER (1u << 2)
 
 #define DVAR_SAVE_OPTIONS_VERSION 1
-#define DVAR_SAVE_OPTIONS_INIT { .version = DVAR_SAVE_OPTIONS_VERSION }
+#define DVAR_SAVE_OPTIONS_INIT { DVAR_SAVE_OPTIONS_VERSION }
+
+/**
+ * Set *opts to DVAR_SAVE_OPTIONS_INIT: zeroed, with version and the defaults.
+ * @return DVAR_EINVAL for a version this library does not know
+ */
+DVAR_EXTERN(int) dvar_save_options_init(dvar_save_options *opts, unsigned int version);
 
 /**
  * Collective: save vars[0..n) (and opts->tensors) as root/ckpt-<step> and
@@ -164,7 +170,7 @@ DVAR_EXTERN(int) dvar_save_poll(dvar_strategy *s, int *done);
  * fixed list of variables every K steps, keeps the last N checkpoints, and
  * restores the latest one or a given step. Every call is collective.
  */
-typedef struct dvar_checkpoint_manager dvar_checkpoint_manager;
+typedef struct dvar_manager dvar_manager;
 
 typedef struct {
 	unsigned int version;    /**< DVAR_MANAGER_OPTIONS_VERSION */
@@ -180,7 +186,13 @@ typedef struct {
 } dvar_manager_options;
 
 #define DVAR_MANAGER_OPTIONS_VERSION 1
-#define DVAR_MANAGER_OPTIONS_INIT { .version = DVAR_MANAGER_OPTIONS_VERSION }
+#define DVAR_MANAGER_OPTIONS_INIT { DVAR_MANAGER_OPTIONS_VERSION }
+
+/**
+ * Set *opts to DVAR_MANAGER_OPTIONS_INIT: zeroed, with version and the defaults.
+ * @return DVAR_EINVAL for a version this library does not know
+ */
+DVAR_EXTERN(int) dvar_manager_options_init(dvar_manager_options *opts, unsigned int version);
 
 /** dvar_manager_restore's step: the root's latest checkpoint. */
 #define DVAR_MANAGER_LATEST (-1)
@@ -190,7 +202,7 @@ typedef struct {
  * The array is copied; the variables are borrowed and must outlive it.
  * @param opts NULL for defaults (save every step, keep all, synchronous)
  */
-DVAR_EXTERN(int) dvar_manager_open(dvar_checkpoint_manager **out, dvar_strategy *s,
+DVAR_EXTERN(int) dvar_manager_open(dvar_manager **out, dvar_strategy *s,
                                    const char *root, dvar_variable *const *vars, size_t n,
                                    const dvar_manager_options *opts);
 
@@ -200,10 +212,10 @@ DVAR_EXTERN(int) dvar_manager_open(dvar_checkpoint_manager **out, dvar_strategy 
  * async, commits a pending save whose parts are all written. Returns the
  * status of what it did, including a pending save's failure.
  */
-DVAR_EXTERN(int) dvar_manager_step(dvar_checkpoint_manager *m, int64_t step, int *saved);
+DVAR_EXTERN(int) dvar_manager_step(dvar_manager *m, int64_t step, int *saved);
 
 /** Collective: save step now, whatever K (a final save, say). */
-DVAR_EXTERN(int) dvar_manager_save(dvar_checkpoint_manager *m, int64_t step);
+DVAR_EXTERN(int) dvar_manager_save(dvar_manager *m, int64_t step);
 
 /**
  * Collective: finish any pending save, then restore step (or
@@ -211,17 +223,17 @@ DVAR_EXTERN(int) dvar_manager_save(dvar_checkpoint_manager *m, int64_t step);
  * step restored. DVAR_ENOTFOUND, with nothing changed, when the root holds
  * no checkpoint (a fresh start) or not that step.
  */
-DVAR_EXTERN(int) dvar_manager_restore(dvar_checkpoint_manager *m, int64_t step,
+DVAR_EXTERN(int) dvar_manager_restore(dvar_manager *m, int64_t step,
                                       int64_t *restored);
 
 /** Collective: finish the pending save (dvar_save_wait) and return its status. */
-DVAR_EXTERN(int) dvar_manager_wait(dvar_checkpoint_manager *m);
+DVAR_EXTERN(int) dvar_manager_wait(dvar_manager *m);
 
 /**
  * Release the manager. Call dvar_manager_wait first: a save still pending is
  * left to the strategy (dvar_save_wait), not committed here. NULL is a no-op.
  */
-DVAR_EXTERN(void) dvar_manager_free(dvar_checkpoint_manager *m);
+DVAR_EXTERN(void) dvar_manager_free(dvar_manager *m);
 
 DVAR_END_DECL
 

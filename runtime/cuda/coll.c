@@ -46,7 +46,7 @@ static void fail_data(dvar_strategy *s)
 	if (s->dp_code == DVAR_OK) {
 		s->dp_code = dvar_error_last()->code != DVAR_OK ? dvar_error_last()->code : DVAR_EDEVICE;
 		snprintf(s->dp_message, sizeof s->dp_message, "%s", msg);
-		dvar_engine__break_locked(s, msg);
+		dvar_engine_break_locked(s, msg);
 	}
 	pthread_mutex_unlock(&s->lock);
 }

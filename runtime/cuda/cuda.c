@@ -723,7 +723,7 @@ int dvar_cuda_split_sum(dvar_cuda *c, int local, int dtype, const void *total, v
 	const void *dtotal;
 	int rc;
 
-	/* The checks and messages of dvar_variable__split_sum. */
+	/* The checks and messages of dvar_variable_split_sum. */
 	if (num_replicas < 1 || replica_id < 0 || replica_id >= num_replicas)
 		return dvar_error_set(DVAR_EINVAL, "split_sum: replica %d of %d is out of range",
 		                      replica_id, num_replicas);

@@ -440,7 +440,7 @@ template <class E, class S> HD void reduce_at(void *dst, const S &s, int n, size
 }
 
 /* One scatter work item: column c of the row that segment seg targets, its
- * updates applied in order exactly as dvar_variable__scatter_rows does
+ * updates applied in order exactly as dvar_variable_scatter_rows does
  * (a read-modify-write per update; UPDATE: the later one wins). */
 template <class A> HD void scatter_at(typename A::mem_t *dst, size_t row_elems,
                                       const int64_t *indices, const int64_t *order,

@@ -62,7 +62,7 @@ cudaError_t dvar_cuda_k_divide(cudaStream_t stream, int dtype, void *buf, size_t
 
 /**
  * part = replica replica_id's share of total over num_replicas replicas
- * (dvar_variable__split_sum: floats total / divisor, divisor being N
+ * (dvar_variable_split_sum: floats total / divisor, divisor being N
  * rounded to the dtype as divisor_in does; integers floor division with
  * the remainder one each to replicas 0..r-1). part may equal total. The
  * caller checks the dtype (not bool) and the replica range.
@@ -71,7 +71,7 @@ cudaError_t dvar_cuda_k_split_sum(cudaStream_t stream, int dtype, const void *to
                                   size_t count, int replica_id, int num_replicas);
 
 /**
- * Row scatter (dvar_variable__scatter_rows) without races: the n updates
+ * Row scatter (dvar_variable_scatter_rows) without races: the n updates
  * are grouped by target row on the host (order: the update positions
  * sorted stably by index; starts: nseg + 1 offsets into order, one segment
  * per distinct index), and each thread applies one segment's updates to

@@ -691,7 +691,13 @@ class CatTest(CliCase):
         self.dvar("cat", self.ckpt, "nope", "--npy", dst, code=3)
         with open(dst) as f:
             self.assertEqual(f.read(), "old")
-        self.dvar("cat", self.ckpt, "f16", "--npy", dst)
+        # An existing file is refused without --force, and left as it was.
+        _, err = self.dvar("cat", self.ckpt, "f16", "--npy", dst, code=3)
+        self.assertEqual(err, "dvar cat: '%s' already exists; give a new FILE, or --force to "
+                              "replace it\n" % dst)
+        with open(dst) as f:
+            self.assertEqual(f.read(), "old")
+        self.dvar("cat", self.ckpt, "f16", "--npy", dst, "--force")
         self.assert_same_array(np.load(dst), self.arrays["f16"])
         self.assertEqual([n for n in os.listdir(self.dir) if "tmp" in n], [])
 
@@ -773,7 +779,8 @@ class CatTest(CliCase):
         self.assertIn("\rcat: 100% (78.1 KiB of 78.1 KiB)", err)
         self.assertTrue(err.endswith("\r"), repr(err))
         self.assertEqual(err.strip("\r ").count("\n"), 0)
-        _, err = self.dvar("cat", self.ckpt, "big", "--npy", dst, "--progress", "--no-progress")
+        _, err = self.dvar("cat", self.ckpt, "big", "--npy", dst, "--progress", "--no-progress",
+                           "--force")
         self.assertEqual(err, "")
 
     def test_bfloat16_written_as_float32(self):
@@ -1093,7 +1100,7 @@ class VerifyTest(CliCase):
             f.write(bytes([byte ^ 0x55]))
         out, _ = self.dvar("verify", ckpt, code=1)
         self.assertRegex(out, r"^bad chunk: variable 'z', file \S+, offset 0, chunk \d: .+\n"
-                              r"1 variables, 4 chunks, \d+ bytes checked: 1 bad chunk\n$")
+                              r"1 variable, 4 chunks, \d+ bytes checked: 1 bad chunk\n$")
 
     def test_truncated_data_file(self):
         data = self.data_files(self.ckpt)[0]
@@ -1108,15 +1115,18 @@ class VerifyTest(CliCase):
     def test_missing_data_file(self):
         data = self.data_files(self.ckpt)[0]
         os.unlink(data)
-        # The index still opens; every chunk is reported, naming the file.
-        out, err = self.dvar("verify", self.ckpt, code=1)
-        self.assertEqual(err, "")
+        # The index still opens; every chunk is reported, naming the file. Unreadable
+        # is not corrupt: exit 3, with the OS's reason.
+        out, err = self.dvar("verify", self.ckpt, code=3)
+        self.assertEqual(err, "dvar verify: 4 chunks could not be read, so they were not "
+                              "checked (%s: No such file or directory)\n" % data)
         lines = out.splitlines()
         self.assertEqual(len(lines), 5, out)
         for line in lines[:4]:
-            self.assertRegex(line, r"^bad chunk: variable '[ab]', file \S*%s, offset \d+, "
+            self.assertRegex(line, r"^unreadable chunk: variable '[ab]', file \S*%s, offset \d+, "
                                    r"chunk \d: .*No such file" % os.path.basename(data))
-        self.assertRegex(lines[4], r"^2 variables, 4 chunks, \d+ bytes checked: 4 bad chunks$")
+        self.assertRegex(lines[4], r"^2 variables, 4 chunks, \d+ bytes checked: "
+                                   r"4 unreadable chunks$")
         _, err = self.dvar("cat", self.ckpt, "b", code=3)
         self.assertTrue(err.startswith("dvar cat: "), err)
         self.assertIn(os.path.basename(data), err)
@@ -1596,9 +1606,8 @@ class ReshardTest(CliCase, HelperMixin):
         # OUT exists: refused, untouched.
         os.mkdir(out)
         _, err = self.dvar("reshard", src, out, "--shards", "3", code=3)
-        self.assertEqual(err, "dvar reshard: '%s' already exists; give a new directory for the "
-                              "resharded checkpoint\n"
-                         % out)
+        self.assertEqual(err, "dvar reshard: '%s' already exists; give a new path, or --force to "
+                              "replace it\n" % out)
         self.assertEqual(os.listdir(out), [])
         os.rmdir(out)
         # IN missing, IN corrupt: a clear message, and nothing at OUT.
@@ -1899,8 +1908,8 @@ class ExportTest(CliCase, HelperMixin):
             with open(out, "w") as f:
                 f.write("x")
             _, err = self.dvar("export", src, out, "--single-shard", "--format", fmt, code=3)
-            self.assertEqual(err, "dvar export: '%s' already exists; give a new path\n"
-                             % out)
+            self.assertEqual(err, "dvar export: '%s' already exists; give a new path, or --force "
+                                  "to replace it\n" % out)
             with open(out) as f:
                 self.assertEqual(f.read(), "x")
             os.unlink(out)
@@ -1997,8 +2006,8 @@ class UsageTest(CliCase):
             (["inspect"], "dvar inspect: missing PATH\nSee 'dvar help inspect'.\n"),
             (["inspect", "a", "b"], "dvar inspect: unexpected argument 'b'\n"
                                     "See 'dvar help inspect'.\n"),
-            (["inspect", "a", "--jsn"], "dvar inspect: unknown option '--jsn'\n"
-                                        "See 'dvar help inspect'.\n"),
+            (["inspect", "a", "--jsn"], "dvar inspect: unknown option '--jsn'; did you mean "
+                                        "'--json'?\nSee 'dvar help inspect'.\n"),
             (["inspect", "a", "-j"], "dvar inspect: unknown option '-j'\n"
                                      "See 'dvar help inspect'.\n"),
             (["inspect", "a", "--json=yes"], "dvar inspect: --json takes no value\n"

@@ -2,12 +2,13 @@
 """tests/cli/test_tf_read.py - the dvar command on TensorFlow checkpoints
 (TensorBundle: PREFIX.index plus PREFIX.data-NNNNN-of-MMMMM): the real ones
 in fixtures/tf/ (copied, never edited) with exact values, damaged copies,
-TF's `checkpoint` state file, string tensors, --short-names, and bundles this
-file writes itself (tensorflow is not needed: write_bundle below encodes the
-format of ../shared/reference/tf-behavior.md §4, and reproduces its worked
-examples byte for byte) for what no fixture holds: a partitioned
-(ShardedVariable) tensor, string tensors of every rank, every dtype, a dtype
-dvar has no type for.
+TF's `checkpoint` state file, string tensors, --short-names, a partitioned
+(ShardedVariable) tensor (fixtures/tf/sharded_variable, the reference's
+worked example), and bundles this file writes itself (tensorflow is not
+needed: write_bundle below encodes the format of
+../shared/reference/tf-behavior.md §4, and reproduces its worked examples
+byte for byte) for what no fixture holds: string tensors of every rank,
+every dtype, a dtype dvar has no type for.
 
     test_tf_read.py --dvar build/cli/dvar [--helper H] [--lib L | --sanitized]
                     [unittest args]
@@ -279,18 +280,9 @@ def write_bundle(prefix, tensors):
 
 
 # tf-behavior.md §4.6: ShardedVariable `s` with 4 int32 shards [0],[1],[2],[3]:
-# the whole .index (291 bytes) and its data file.
-SHARDED_INDEX = bytes.fromhex(
-    "00000608011a02080100230f00732f2e415454524942555445532f5641524941"
-    "424c455f56414c55450001010180810803120412020801280435a67b113a2102"
-    "118181080312041202080120042804351d158265210211828108031204120208"
-    "012008280435d8d8107321021183810803120412020801200c280435633f7f28"
-    "001c26732f2e415454524942555445532f5641524941424c455f56414c554508"
-    "031204120208043a040a0210013a060a04080110013a060a04080210013a060a"
-    "04080310010000000001000000004b1e4aa8000000000100000000c0f2a1b000"
-    "01037400cd01000000000100000000541d45d7d20108df010f00000000000000"
-    "00000000000000000000000000000000000000000000000000000057fb808b24"
-    "7547db")
+# fixtures/tf/sharded_variable, PREFIX ckpt-1 (the whole .index, 291 bytes, and
+# its data file).
+SHARDED_FIXTURE = os.path.join(FIXTURES, "sharded_variable", "ckpt-1")
 SHARDED_DATA = np.arange(4, dtype="<i4").tobytes()
 SHARDED = key("s")
 
@@ -311,14 +303,10 @@ class TfCase(CliCase):
             return scalar_string(f.read(), GRAPH_OFFSET[name])
 
     def sharded(self):
-        """The §4.6 ShardedVariable bundle; its prefix."""
-        prefix = self.path("sv", "ckpt-1")
-        os.makedirs(os.path.dirname(prefix))
-        with open(prefix + ".index", "wb") as f:
-            f.write(SHARDED_INDEX)
-        with open(prefix + ".data-00000-of-00001", "wb") as f:
-            f.write(SHARDED_DATA)
-        return prefix
+        """A copy of the §4.6 ShardedVariable bundle; its prefix."""
+        dest = self.path("sv")
+        shutil.copytree(os.path.dirname(SHARDED_FIXTURE), dest)
+        return os.path.join(dest, os.path.basename(SHARDED_FIXTURE))
 
     def cat_raw(self, ckpt, name, *opts):
         dst = self.path("raw-%d.bin" % len(os.listdir(self.dir)))
@@ -365,7 +353,10 @@ class FixtureReadTest(TfCase):
                                         mask(crc32c(struct.pack("<i", i))))))
         entries.append((SHARDED.encode(),
                         entry_proto(3, [4], slices=[[(i, 1)] for i in range(4)])))
-        self.assertEqual(table(entries), SHARDED_INDEX)
+        with open(SHARDED_FIXTURE + ".index", "rb") as f:
+            self.assertEqual(table(entries), f.read())
+        with open(SHARDED_FIXTURE + ".data-00000-of-00001", "rb") as f:
+            self.assertEqual(f.read(), SHARDED_DATA)
         with open(os.path.join(FIXTURES, "embedding", "embedding.ckpt.index"), "rb") as f:
             embedding = f.read()
         w = self.path("w", "embedding.ckpt")
@@ -429,7 +420,7 @@ class FixtureReadTest(TfCase):
                     self.assertEqual(rows[name][:3],
                                      [dtype, "[%s]" % ",".join(map(str, shape)), "%d B" % size])
                 self.assertRegex(out.splitlines()[-1],
-                                 r"^%d variables, %d chunks, " % (len(variables), len(variables)))
+                                 r"^%d variables?, %d chunks?, " % (len(variables), len(variables)))
         # The listing of one fixture, as it prints.
         out, _ = self.dvar("inspect", self.fixture("vars_and_arithmetic", self.path("va2")))
         rows = self.table(out)
@@ -448,8 +439,9 @@ class FixtureReadTest(TfCase):
                 n, size = len(variables), sum(v[3] for v in variables.values())
                 out, err = self.dvar("verify", prefix)
                 self.assertEqual(err, "")
-                self.assertEqual(out, "%d variables, %d chunks, %d bytes checked: OK\n"
-                                 % (n, n, size))
+                s = "" if n == 1 else "s"
+                self.assertEqual(out, "%d variable%s, %d chunk%s, %d bytes checked: OK\n"
+                                 % (n, s, n, s, size))
                 doc = json.loads(self.dvar("verify", prefix, "--json")[0])
                 self.assertEqual((doc["ok"], doc["num_bad"], doc["num_variables"],
                                   doc["bytes"]), (True, 0, n, size))
@@ -474,8 +466,11 @@ class FixtureReadTest(TfCase):
         _, err = self.dvar("cat", prefix, key("v"), code=3)
         self.assertTrue(err.startswith("dvar cat: "), err)
         self.assertIn("variables.data-00001-of-00002", err)
-        out, _ = self.dvar("verify", prefix, code=1)
+        # Unreadable, not corrupt: exit 3, naming the file and the OS's reason.
+        out, err = self.dvar("verify", prefix, code=3)
+        self.assertIn("unreadable chunk: ", out)
         self.assertIn("variables.data-00001-of-00002", out)
+        self.assertIn("No such file or directory", err)
         self.assertEqual(self.cat_raw(prefix, GRAPH), self.graph_bytes("two_shards"))
 
 
@@ -530,7 +525,12 @@ class DamageTest(TfCase):
             with self.subTest(opts=opts):
                 out, err = self.dvar("cat", self.prefix, GRAPH, *opts, code=3)
                 self.assertTrue(err.startswith("dvar cat: "), err)
-                self.assertEqual(out, "")
+                if opts == ["--json"]:
+                    # One document, saying why.
+                    doc = json.loads(out)
+                    self.assertEqual((doc["ok"], doc["error"]["code"]), (False, "DVAR_ECORRUPT"))
+                else:
+                    self.assertEqual(out, "")
         self.assertFalse(os.path.exists(self.path("g.bin")))
         self.assertEqual(self.dvar("cat", self.prefix, key("x"))[0], "1\n")
 
@@ -571,9 +571,10 @@ class DamageTest(TfCase):
 
     def test_missing_data_file(self):
         os.unlink(self.data)
-        out, err = self.dvar("verify", self.prefix, code=1)
-        self.assertEqual(err, "")
-        self.assertEqual(out.count("bad chunk: "), 4, out)
+        # Unreadable, not corrupt: exit 3 with the OS's reason.
+        out, err = self.dvar("verify", self.prefix, code=3)
+        self.assertIn("No such file or directory", err)
+        self.assertEqual(out.count("unreadable chunk: "), 4, out)
         _, err = self.dvar("cat", self.prefix, key("y"), code=3)
         self.assertIn("variables.data-00000-of-00001", err)
 
@@ -607,7 +608,7 @@ class StateFileTest(TfCase):
         self.assertEqual(os.path.basename(doc["path"].rstrip("/")), "ckpt-2")
         self.assertEqual(self.dvar("cat", d, "my_embedding")[0],
                          "[[1, 2],\n [3, 5],\n [7, 11]]\n")
-        self.assertRegex(self.dvar("verify", d)[0], r"^1 variables, 1 chunks, 24 bytes checked: OK")
+        self.assertRegex(self.dvar("verify", d)[0], r"^1 variable, 1 chunk, 24 bytes checked: OK")
         # The prefixes themselves.
         self.assertEqual(self.dvar("cat", os.path.join(d, "ckpt-1"), "b")[0], "2\n")
 
@@ -943,14 +944,14 @@ class ShardedVariableTest(TfCase):
         self.assertEqual([(s["start"], s["length"]) for s in v["slices"]],
                          [([0], [1]), ([1], [1]), ([2], [1]), ([3], [1])])
         self.assertEqual(self.dvar("verify", prefix)[0],
-                         "1 variables, 4 chunks, 16 bytes checked: OK\n")
+                         "1 variable, 4 chunks, 16 bytes checked: OK\n")
 
     def test_flipped_slice(self):
         prefix = self.sharded()
         flip_byte(self.data_file(prefix), 8)  # slice 2,1
         out, _ = self.dvar("verify", prefix, code=1)
         self.assertRegex(out, r"^bad chunk: variable '%s', file \S*ckpt-1\.data-00000-of-00001, "
-                              r"offset 8, chunk 0: .+\n1 variables, 4 chunks, 16 bytes checked: "
+                              r"offset 8, chunk 0: .+\n1 variable, 4 chunks, 16 bytes checked: "
                               r"1 bad chunk\n$" % re.escape(SHARDED))
         self.assertEqual(self.dvar("cat", prefix, SHARDED, "--slice", "0,2")[0], "[0, 1]\n")
         self.dvar("cat", prefix, SHARDED, code=3)
@@ -964,7 +965,7 @@ class ShardedVariableTest(TfCase):
         self.assertEqual([(s["start"], s["length"]) for s in v["slices"]],
                          [([0], [2]), ([2], [2])])
         self.assertEqual(v["attributes"], {"kind": "sharded", "layout": "div", "shards": "2"})
-        self.assertRegex(self.dvar("verify", out)[0], r"^1 variables, 2 chunks, ")
+        self.assertRegex(self.dvar("verify", out)[0], r"^1 variable, 2 chunks, ")
 
     def test_export(self):
         prefix = self.sharded()

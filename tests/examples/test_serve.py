@@ -398,7 +398,8 @@ class ErrorTest(ServeCase):
         for ckpt in (lz4, sharded):
             with self.subTest(ckpt=ckpt):
                 err = self.assert_fails([ckpt], "%s: cannot map embedding: " % ckpt, stdin=b"1\n")
-                self.assertIn("; export it first: dvar export --single-shard IN OUT\n", err)
+                # The library's message says how to fix it; the hint comes once.
+                self.assertEqual(err.count("dvar export --single-shard"), 1, err)
 
     def test_cannot_open(self):
         exp = self.export()

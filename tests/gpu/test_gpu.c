@@ -49,6 +49,7 @@
 #include <cuda_runtime_api.h>
 
 #include "testutil.h"
+#include "unit/runtime/elements.h"
 #include "dvar/dvar.h"
 #include "dvar_features.h"
 
@@ -252,31 +253,6 @@ static void drop_shared_dir(char *dir)
 
 /* ---------------------------------------------------------------- element bits */
 
-static int is_float(int dt)
-{
-	return dt == DVAR_FLOAT16 || dt == DVAR_BFLOAT16 || dt == DVAR_FLOAT32 || dt == DVAR_FLOAT64;
-}
-
-static void put_bits(int dt, void *buf, size_t i, uint64_t v)
-{
-	size_t es = dvar_dtype_size(dt);
-	unsigned char *p = (unsigned char *)buf + i * es;
-
-	for (size_t b = 0; b < es; b++)
-		p[b] = (unsigned char)(v >> (8 * b));
-}
-
-static uint64_t get_bits(int dt, const void *buf, size_t i)
-{
-	size_t es = dvar_dtype_size(dt);
-	const unsigned char *p = (const unsigned char *)buf + i * es;
-	uint64_t v = 0;
-
-	for (size_t b = 0; b < es; b++)
-		v |= (uint64_t)p[b] << (8 * b);
-	return v;
-}
-
 static double get_f64(int dt, const void *buf, size_t i)
 {
 	double d = 0;
@@ -380,7 +356,7 @@ static uint64_t input_bits(int dt, uint64_t salt, int g, int N, size_t i, int sp
 {
 	uint64_t h = hash3(salt, (uint64_t)g, i);
 
-	if (!is_float(dt)) {
+	if (!elem_is_float(dt)) {
 		int bits = (int)dvar_dtype_size(dt) * 8;
 		uint64_t mask = bits == 64 ? ~0ull : (1ull << bits) - 1;
 
@@ -424,7 +400,7 @@ static uint64_t input_bits(int dt, uint64_t salt, int g, int N, size_t i, int sp
 static void fill(int dt, void *buf, size_t n, uint64_t salt, int g, int N, int special, int wide)
 {
 	for (size_t i = 0; i < n; i++)
-		put_bits(dt, buf, i, input_bits(dt, salt, g, N, i, special, wide));
+		elem_put_bits(dt, buf, i, input_bits(dt, salt, g, N, i, special, wide));
 }
 
 /* The unit roundoff of a float dtype. */
@@ -772,7 +748,7 @@ static int within_tolerance(const gcase *c, int N, size_t i, double got, double 
 	for (int g = 0; g < N; g++) {
 		unsigned char b[8];
 
-		put_bits(c->dtype, b, 0, input_bits(c->dtype, c->salt, g, N, i, 0, c->wide));
+		elem_put_bits(c->dtype, b, 0, input_bits(c->dtype, c->salt, g, N, i, 0, c->wide));
 		sumabs += fabs(get_f64(c->dtype, b, 0));
 	}
 	tol = 2.0 * (N + 1) * eps_of(c->dtype) * sumabs;
@@ -848,12 +824,14 @@ static void compare_case(const side *gs, const side *cs, const gcase *c, int ncc
 		if (want && c->kind != K_ALL_REDUCE && c->kind != K_ALL_REDUCE_N &&
 		    (d = first_diff(dt, cs->out[l], want, n)) >= 0)
 			mismatch("%s, local %d: the CPU strategy's element %ld is 0x%llx, expected 0x%llx",
-			         what, l, d, (unsigned long long)get_bits(dt, cs->out[l], (size_t)d),
-			         (unsigned long long)get_bits(dt, want, (size_t)d));
+			         what, l, d,
+			         (unsigned long long)elem_get_bits(dt, cs->out[l], (size_t)d),
+			         (unsigned long long)elem_get_bits(dt, want, (size_t)d));
 		d = first_diff(dt, gs->out[l], cs->out[l], n);
 		if (d < 0)
 			continue;
-		if (nccl && is_float(dt) && (c->kind == K_ALL_REDUCE || c->kind == K_ALL_REDUCE_N)) {
+		if (nccl && elem_is_float(dt) &&
+		    (c->kind == K_ALL_REDUCE || c->kind == K_ALL_REDUCE_N)) {
 			/* NCCL's order: look at every element, within tolerance. */
 			size_t bad = 0, first = 0;
 
@@ -877,13 +855,13 @@ static void compare_case(const side *gs, const side *cs, const gcase *c, int ncc
 				b++;
 			mismatch("%s, local %d: buffer %d element %zu: GPU 0x%llx, CPU 0x%llx", what, l, b,
 			         (size_t)d - n_offset(c, b),
-			         (unsigned long long)get_bits(dt, gs->out[l], (size_t)d),
-			         (unsigned long long)get_bits(dt, cs->out[l], (size_t)d));
+			         (unsigned long long)elem_get_bits(dt, gs->out[l], (size_t)d),
+			         (unsigned long long)elem_get_bits(dt, cs->out[l], (size_t)d));
 		} else {
 			mismatch("%s, local %d: element %ld: GPU 0x%llx (%.9g), CPU 0x%llx (%.9g)", what, l,
-			         d, (unsigned long long)get_bits(dt, gs->out[l], (size_t)d),
+			         d, (unsigned long long)elem_get_bits(dt, gs->out[l], (size_t)d),
 			         get_f64(dt, gs->out[l], (size_t)d),
-			         (unsigned long long)get_bits(dt, cs->out[l], (size_t)d),
+			         (unsigned long long)elem_get_bits(dt, cs->out[l], (size_t)d),
 			         get_f64(dt, cs->out[l], (size_t)d));
 		}
 	}
@@ -1125,7 +1103,7 @@ static void collectives(const topo *t, unsigned flags)
 					k.count = counts[z];
 					k.root = root;
 					k.in_place = 1;
-					k.special = is_float(dts[d]);
+					k.special = elem_is_float(dts[d]);
 					k.wide = 1;
 					k.salt = salt++;
 					run_and_compare(&gs, &cs, &k, nccl, want, tmp);
@@ -1149,7 +1127,7 @@ static void collectives(const topo *t, unsigned flags)
 						k.axis = axis;
 						k.count = units[u];
 						k.short_dst = shrt;
-						k.special = is_float(dts[d]);
+						k.special = elem_is_float(dts[d]);
 						k.wide = 1;
 						k.salt = salt++;
 						run_and_compare(&gs, &cs, &k, nccl, want, tmp);
@@ -1553,11 +1531,12 @@ static void vfill(int dt, void *buf, size_t n, uint64_t seed)
 {
 	for (size_t i = 0; i < n; i++) {
 		uint64_t h = hash3(seed, 77, i);
+		double u = (double)(h >> 11) * 0x1p-53 * 2.0 - 1.0;
 
-		if (is_float(dt))
-			put_bits(dt, buf, i, float_bits(dt, ((double)(h >> 11) * 0x1p-53 * 2.0 - 1.0) * 8));
+		if (elem_is_float(dt))
+			elem_put_bits(dt, buf, i, float_bits(dt, u * 8));
 		else
-			put_bits(dt, buf, i, (uint64_t)((int64_t)(h % 2001) - 1000));
+			elem_put_bits(dt, buf, i, (uint64_t)((int64_t)(h % 2001) - 1000));
 	}
 }
 
@@ -2108,7 +2087,7 @@ static void compare_saved(const saved *a, const saved *b, const char *what)
  * MEAN of floats, which divide by N (exact for N <= 2 only). */
 static int exact_round_trip(int j, int N)
 {
-	return N <= 2 || !(vdefs[j].sync == DVAR_SYNC_ON_READ && is_float(vdefs[j].dtype) &&
+	return N <= 2 || !(vdefs[j].sync == DVAR_SYNC_ON_READ && elem_is_float(vdefs[j].dtype) &&
 	                   vdefs[j].agg != DVAR_AGG_ONLY_FIRST_REPLICA);
 }
 

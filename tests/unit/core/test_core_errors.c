@@ -1,6 +1,7 @@
 /*
  * tests/unit/core/test_core_errors.c - the thread-local error record: set,
- * errno text, prefix (with truncation), restore, and per-thread isolation.
+ * errno text, prefix (with truncation), restore, per-thread isolation, its
+ * contract across failing and successful calls; the options version check.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -9,6 +10,7 @@
 
 #include "testutil.h"
 #include "core/core.h"
+#include "dvar/format.h"
 
 static void test_core_errors__set_and_clear(void **state)
 {
@@ -21,6 +23,60 @@ static void test_core_errors__set_and_clear(void **state)
 	assert_int_equal(dvar_error_last()->code, DVAR_OK);
 	assert_non_null(dvar_error_last()->message);
 	assert_string_equal(dvar_error_last()->message, "");
+}
+
+/* The contract of dvar/common.h: the status says whether a call failed, the
+ * record why the most recent failure happened; successes leave it alone. */
+static void test_core_errors__success_keeps_last_failure(void **state)
+{
+	dvar_reader *r = NULL;
+	dvar_shape shape;
+	const int64_t dims[2] = { 2, 3 };
+	char failure[DVAR_ERROR_MESSAGE_MAX];
+	int code;
+
+	(void)state;
+	dvar_error_clear();
+	code = dvar_reader_open(&r, "/nonexistent/dvar-error-contract", NULL);
+	assert_int_not_equal(code, DVAR_OK);
+	assert_null(r);
+	assert_int_equal(dvar_error_last()->code, code);
+	assert_string_not_equal(dvar_error_last()->message, "");
+	snprintf(failure, sizeof failure, "%s", dvar_error_last()->message);
+
+	assert_int_equal(dvar_shape_init(&shape, 2, dims), DVAR_OK);
+	assert_int_equal(dvar_error_last()->code, code);
+	assert_string_equal(dvar_error_last()->message, failure);
+
+	dvar_error_clear();
+	assert_int_equal(dvar_error_last()->code, DVAR_OK);
+	assert_string_equal(dvar_error_last()->message, "");
+	dvar_free(NULL);
+}
+
+/* Every version from 1 to the current one passes, with one message otherwise. */
+static void test_core_errors__check_version(void **state)
+{
+	dvar_write_options o;
+
+	(void)state;
+	for (unsigned int v = 1; v <= 3; v++)
+		assert_int_equal(dvar_check_version("dvar_x_options", v, 3), DVAR_OK);
+	assert_int_equal(dvar_check_version("dvar_x_options", 0, 3), DVAR_EINVAL);
+	assert_string_equal(dvar_error_last()->message,
+	                    "dvar_x_options: version 0 is not one this library knows (1 to 3); "
+	                    "initialize it with its _INIT macro or dvar_x_options_init");
+	assert_int_equal(dvar_check_version("dvar_x_options", 4, 3), DVAR_EINVAL);
+	assert_non_null(strstr(dvar_error_last()->message, "version 4 is not one"));
+
+	memset(&o, 0xff, sizeof o);
+	assert_int_equal(dvar_write_options_init(&o, DVAR_WRITE_OPTIONS_VERSION), DVAR_OK);
+	assert_int_equal(o.version, DVAR_WRITE_OPTIONS_VERSION);
+	assert_int_equal(o.chunk_size, 0);
+	assert_null(o.progress);
+	assert_int_equal(dvar_write_options_init(&o, DVAR_WRITE_OPTIONS_VERSION + 1), DVAR_EINVAL);
+	tu_assert_error_contains("dvar_write_options: version 2 is not one");
+	assert_int_equal(dvar_write_options_init(NULL, DVAR_WRITE_OPTIONS_VERSION), DVAR_EINVAL);
 }
 
 static void test_core_errors__set_from_own_message(void **state)
@@ -227,6 +283,8 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_core_errors__set_and_clear),
+		cmocka_unit_test(test_core_errors__success_keeps_last_failure),
+		cmocka_unit_test(test_core_errors__check_version),
 		cmocka_unit_test(test_core_errors__set_from_own_message),
 		cmocka_unit_test(test_core_errors__long_message_truncated),
 		cmocka_unit_test(test_core_errors__strerror),

@@ -107,8 +107,8 @@ static int write_fixture(const char *dir, int version)
 		dvar_writer_abort_parts(dir, "fixture");
 	dvar_writer_free(w);
 	dvar_writer_free(w1);
-	free(e0);
-	free(e1);
+	dvar_free(e0);
+	dvar_free(e1);
 	return rc;
 }
 

@@ -156,12 +156,12 @@ static void test_format_state__users(void **state)
 	const char *dir = *state;
 	dvar_checkpoint_state s;
 	/* The public call: absent, read, refused. */
-	assert_int_equal(dvar_checkpoint_state_read(dir, &s), DVAR_ENOTFOUND);
+	assert_int_equal(dvar_checkpoint_state_read(&s, dir), DVAR_ENOTFOUND);
 	assert_null(s.latest);
 	char *p = tu_path(dir, "checkpoint");
 	write_text(p, "all_model_checkpoint_paths: 'ckpt-1' # kept\n"
 	              "model_checkpoint_path: \"ckpt-\" \"1\"\n");
-	assert_int_equal(dvar_checkpoint_state_read(dir, &s), DVAR_OK);
+	assert_int_equal(dvar_checkpoint_state_read(&s, dir), DVAR_OK);
 	assert_string_equal(s.latest, "ckpt-1");
 	assert_int_equal(s.num_all, 1);
 	assert_string_equal(s.all[0], "ckpt-1");

@@ -86,6 +86,19 @@ static void copy_file(const char *from, const char *to)
 	free(p);
 }
 
+/* fixtures/tf/NAME[/BASE] in the source tree (CMake sets DVAR_SOURCE_DIR). */
+static char *fixture(const char *name, const char *base)
+{
+	const char *src = getenv("DVAR_SOURCE_DIR");
+	char *p = NULL;
+	assert_non_null(src);
+	if (base)
+		assert_true(asprintf(&p, "%s/fixtures/tf/%s/%s", src, name, base) > 0);
+	else
+		assert_true(asprintf(&p, "%s/fixtures/tf/%s", src, name) > 0);
+	return p;
+}
+
 static void flip_byte(const char *path, off_t off)
 {
 	int fd = open(path, O_RDWR);
@@ -536,30 +549,28 @@ static void test_format_tf__strings(void **state)
 
 /* ---------------------------------------------------------------- bundles on disk */
 
-/* The worked ShardedVariable bundle of §4.6: 291 bytes, one data block. */
-static const char worked_hex[] =
-	"00000608011a02080100230f00732f2e415454524942555445532f5641524941"
-	"424c455f56414c55450001010180810803120412020801280435a67b113a2102"
-	"118181080312041202080120042804351d158265210211828108031204120208"
-	"012008280435d8d8107321021183810803120412020801200c280435633f7f28"
-	"001c26732f2e415454524942555445532f5641524941424c455f56414c554508"
-	"031204120208043a040a0210013a060a04080110013a060a04080210013a060a"
-	"04080310010000000001000000004b1e4aa8000000000100000000c0f2a1b000"
-	"01037400cd01000000000100000000541d45d7d20108df010f00000000000000"
-	"00000000000000000000000000000000000000000000000000000057fb808b24"
-	"7547db";
+/* The worked ShardedVariable bundle of §4.6 (fixtures/tf/sharded_variable): its 291-byte index. */
+static size_t read_worked(unsigned char **out)
+{
+	char *path = fixture("sharded_variable", "ckpt-1.index");
+	size_t n = read_file(path, out);
+	assert_int_equal(n, 291);
+	free(path);
+	return n;
+}
 
 /* The worked bundle as files: DIR/s.index and DIR/s.data-00000-of-00001; returns the prefix. */
 static char *write_worked(const char *dir)
 {
-	unsigned char idx[512];
-	size_t n = unhex(worked_hex, idx, sizeof(idx));
-	assert_int_equal(n, 291);
 	char *prefix = tu_path(dir, "s"), *ip = NULL, *dp = dvar_tf_data_path(prefix, 0, 1);
+	char *from_dp = fixture("sharded_variable", "ckpt-1.data-00000-of-00001");
+	unsigned char *idx;
+	size_t n = read_worked(&idx);
 	assert_true(asprintf(&ip, "%s.index", prefix) > 0);
 	write_file(ip, idx, n);
-	const int32_t data[4] = { 0, 1, 2, 3 };
-	write_file(dp, data, sizeof(data));
+	copy_file(from_dp, dp);
+	free(idx);
+	free(from_dp);
 	free(ip);
 	free(dp);
 	return prefix;
@@ -686,10 +697,11 @@ static void test_format_tf__encoders_make_tf_tables(void **state)
 	assert_int_equal(dvar_tf_entry_encode(&vals[5], &full), DVAR_OK);
 	char *path = tu_path(*state, "worked.index");
 	build_table(path, keys, vals, 6);
-	unsigned char *got, want[512];
-	size_t n = read_file(path, &got), wn = unhex(worked_hex, want, sizeof(want));
+	unsigned char *got, *worked, want[512];
+	size_t n = read_file(path, &got), wn = read_worked(&worked);
 	assert_int_equal(n, wn);
-	assert_memory_equal(got, want, n);
+	assert_memory_equal(got, worked, n);
+	free(worked);
 	free(got);
 	free(path);
 	for (int i = 0; i < 6; i++) {
@@ -742,18 +754,6 @@ static void test_format_tf__encoders_make_tf_tables(void **state)
 }
 
 /* ---------------------------------------------------------------- the TF fixtures */
-
-static char *fixture(const char *name, const char *base)
-{
-	const char *src = getenv("DVAR_SOURCE_DIR");
-	char *p = NULL;
-	assert_non_null(src);
-	if (base)
-		assert_true(asprintf(&p, "%s/fixtures/tf/%s/%s", src, name, base) > 0);
-	else
-		assert_true(asprintf(&p, "%s/fixtures/tf/%s", src, name) > 0);
-	return p;
-}
 
 static void expect_names(dvar_reader *r, const char *const *names, size_t n)
 {
@@ -1363,8 +1363,6 @@ static void test_format_tf__fuzz_decoders(void **state)
 static void test_format_tf__fuzz_open(void **state)
 {
 	const char *dir = *state;
-	unsigned char idx[512];
-	unhex(worked_hex, idx, sizeof(idx));
 	/* The table's entries: the header at 6..11, then the five entries; rebuild them from the encoders. */
 	dvar_bytes keys[6] = { { 0 } }, vals[6] = { { 0 } };
 	dvar_tf_header h = { 1, 0, 1, 0, 0, NULL };

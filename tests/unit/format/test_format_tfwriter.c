@@ -147,7 +147,7 @@ static dvar_slice slice_of(int rank, const int64_t *start, const int64_t *length
 static dvar_tf_writer *open_writer(const char *prefix)
 {
 	dvar_tf_writer *w = NULL;
-	int rc = dvar_tf_writer_open(&w, prefix);
+	int rc = dvar_tf_writer_open(&w, prefix, NULL);
 	if (rc)
 		fail_msg("open %s: %s", prefix, dvar_error_last()->message);
 	return w;
@@ -273,19 +273,11 @@ static void test_format_tfwriter__embedding_example(void **state)
 	free(prefix);
 }
 
-/* tf-behavior.md §4.6: ShardedVariable s, 4 int32 shards [0],[1],[2],[3]. */
-static const char sharded_index[] =
-	"00000608011a02080100230f00732f2e415454524942555445532f5641524941"
-	"424c455f56414c55450001010180810803120412020801280435a67b113a2102"
-	"118181080312041202080120042804351d158265210211828108031204120208"
-	"012008280435d8d8107321021183810803120412020801200c280435633f7f28"
-	"001c26732f2e415454524942555445532f5641524941424c455f56414c554508"
-	"031204120208043a040a0210013a060a04080110013a060a04080210013a060a"
-	"04080310010000000001000000004b1e4aa8000000000100000000c0f2a1b000"
-	"01037400cd01000000000100000000541d45d7d20108df010f00000000000000"
-	"00000000000000000000000000000000000000000000000000000057fb808b24"
-	"7547db";
-
+/*
+ * tf-behavior.md §4.6: ShardedVariable s, 4 int32 shards [0],[1],[2],[3];
+ * its index is fixtures/tf/sharded_variable/ckpt-1.index (CMake sets
+ * DVAR_SOURCE_DIR).
+ */
 static void test_format_tfwriter__sharded_variable_example(void **state)
 {
 	char *prefix = tu_path(*state, "ckpt");
@@ -308,9 +300,13 @@ static void test_format_tfwriter__sharded_variable_example(void **state)
 	ok(dvar_tf_writer_commit(w));
 	dvar_tf_writer_free(w);
 
+	const char *src = getenv("DVAR_SOURCE_DIR");
+	assert_non_null(src);
+	char *fixture = cat(src, "/fixtures/tf/sharded_variable/ckpt-1.index");
 	size_t n;
-	unsigned char *want = unhex(sharded_index, &n);
+	unsigned char *want = slurp(fixture, &n);
 	assert_int_equal(n, 291);
+	free(fixture);
 	const int32_t values[4] = { 0, 1, 2, 3 };
 	char *index = cat(prefix, ".index"), *data = cat(prefix, ".data-00000-of-00001");
 	assert_file(index, want, n);
@@ -624,17 +620,17 @@ static void test_format_tfwriter__misuses(void **state)
 
 	/* An existing bundle is never replaced. */
 	dvar_tf_writer *w2 = NULL;
-	assert_int_equal(dvar_tf_writer_open(&w2, prefix), DVAR_EEXISTS);
+	assert_int_equal(dvar_tf_writer_open(&w2, prefix, NULL), DVAR_EEXISTS);
 	assert_null(w2);
 	char *other_prefix = tu_path(*state, "q");
 	char *qdata = cat(other_prefix, ".data-00000-of-00001");
 	FILE *f = fopen(qdata, "w");
 	fclose(f);
-	assert_int_equal(dvar_tf_writer_open(&w2, other_prefix), DVAR_EEXISTS);
+	assert_int_equal(dvar_tf_writer_open(&w2, other_prefix, NULL), DVAR_EEXISTS);
 	tu_assert_error_contains("a data file without its index");
-	assert_int_equal(dvar_tf_writer_open(&w2, ""), DVAR_EINVAL);
+	assert_int_equal(dvar_tf_writer_open(&w2, "", NULL), DVAR_EINVAL);
 	char *slash = tu_path(*state, "dir/");
-	assert_int_equal(dvar_tf_writer_open(&w2, slash), DVAR_EINVAL);
+	assert_int_equal(dvar_tf_writer_open(&w2, slash, NULL), DVAR_EINVAL);
 	free(slash);
 	free(qdata);
 	free(other_prefix);

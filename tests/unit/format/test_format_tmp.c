@@ -97,7 +97,7 @@ static int writes_and_dies(const char *root, int tf)
 	if (tf) {
 		char *prefix = tu_path(root, "model.ckpt-3");
 		dvar_tf_writer *w;
-		if (dvar_tf_writer_open(&w, prefix) || dvar_tf_writer_add(w, "v", DVAR_FLOAT32, &sh, NULL, v))
+		if (dvar_tf_writer_open(&w, prefix, NULL) || dvar_tf_writer_add(w, "v", DVAR_FLOAT32, &sh, NULL, v))
 			return 2;
 		_exit(1); /* no commit, no free: the temporary files stay */
 	}
@@ -278,7 +278,7 @@ static void test_format_tmp__tf_writer(void **state)
 	/* The next TensorBundle writer there removes them; freed uncommitted, its own go too. */
 	char *prefix = tu_path(dir, "model.ckpt-4");
 	dvar_tf_writer *w;
-	assert_int_equal(dvar_tf_writer_open(&w, prefix), DVAR_OK);
+	assert_int_equal(dvar_tf_writer_open(&w, prefix, NULL), DVAR_OK);
 	assert_int_equal(dvar_root_list_open(&l, dir), DVAR_OK);
 	assert_int_equal(dvar_root_list_num_leftovers(l), 1);
 	assert_true(find_leftover(l, "model.ckpt-4.data-00000-of-00001", &o) >= 0);

@@ -120,7 +120,7 @@ static int has_lz4(const dvar_reader *r, const char *name)
 {
 	size_t i;
 	assert_int_equal(dvar_reader_find(r, name, &i), DVAR_OK);
-	const dvar_var_entry *v = dvar_reader__entry(r, i);
+	const dvar_var_entry *v = dvar_reader_entry(r, i);
 	for (size_t j = 0; j < v->num_slices; j++)
 		for (size_t c = 0; c < v->slices[j].num_chunks; c++)
 			if (v->slices[j].chunks[c].codec == DVAR_CODEC_LZ4)
@@ -348,7 +348,7 @@ static void test_restore_digest__tf_partitioned(void **state)
 	unsigned char *v = make_value(DVAR_INT32, n, 13, 0), *part = malloc(n);
 	char *prefix = tu_path(*state, "tf/model.ckpt");
 	dvar_tf_writer *w;
-	assert_int_equal(dvar_tf_writer_open(&w, prefix), DVAR_OK);
+	assert_int_equal(dvar_tf_writer_open(&w, prefix, NULL), DVAR_OK);
 	/* "rows": two row blocks; "cols": two column blocks. */
 	for (int k = 0; k < 2; k++) {
 		dvar_slice sl;

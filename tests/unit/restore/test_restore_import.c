@@ -774,7 +774,7 @@ static void test_names_and_steps(void **state)
 	/* Options from another version. */
 	o.version = 99;
 	assert_int_equal(dvar_import(root, srcs, 1, &o), DVAR_EINVAL);
-	tu_assert_error_contains("dvar_import: options version 99");
+	tu_assert_error_contains("dvar_import_options: version 99");
 	free(path);
 	free(root);
 	tu_arrays_free(&a, 1);

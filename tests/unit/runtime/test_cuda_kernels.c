@@ -21,14 +21,10 @@
 #include <string.h>
 
 #include "testutil.h"
+#include "elements.h"
 #include "core/core.h"
 #include "runtime/runtime.h"
 #include "runtime/cuda/kernels.h"
-
-static const int numeric_dtypes[] = { DVAR_UINT8,   DVAR_UINT16,   DVAR_UINT32,  DVAR_UINT64,
-	                              DVAR_INT8,    DVAR_INT16,    DVAR_INT32,   DVAR_INT64,
-	                              DVAR_FLOAT16, DVAR_BFLOAT16, DVAR_FLOAT32, DVAR_FLOAT64 };
-#define NUM_NUMERIC (sizeof numeric_dtypes / sizeof numeric_dtypes[0])
 
 static const dvar_kernel_op all_ops[] = { DVAR_KOP_ADD, DVAR_KOP_SUB, DVAR_KOP_MIN,
 	                                  DVAR_KOP_MAX };
@@ -40,31 +36,6 @@ static const size_t counts[] = { 1, 3, 1000, 4097 };
 #define MAX_SOURCES DVAR_CUDA_MAX_SOURCES
 
 /* ---------------------------------------------------------------- element bits */
-
-static int is_float(int dtype)
-{
-	return dvar_kernel_is_floating(dtype);
-}
-
-static uint64_t get_bits(int dtype, const void *buf, size_t i)
-{
-	size_t size = dvar_dtype_size(dtype);
-	const unsigned char *p = (const unsigned char *)buf + i * size;
-	uint64_t v = 0;
-
-	for (size_t b = 0; b < size; b++)
-		v |= (uint64_t)p[b] << (8 * b);
-	return v;
-}
-
-static void put_bits(int dtype, void *buf, size_t i, uint64_t v)
-{
-	size_t size = dvar_dtype_size(dtype);
-	unsigned char *p = (unsigned char *)buf + i * size;
-
-	for (size_t b = 0; b < size; b++)
-		p[b] = (unsigned char)(v >> (8 * b));
-}
 
 /* The exponent and quiet-bit masks of a floating dtype. */
 static void float_masks(int dtype, uint64_t *exp, uint64_t *quiet, uint64_t *mant)
@@ -172,7 +143,7 @@ static void fill(int dtype, void *buf, size_t count, uint64_t seed, unsigned spe
 		uint64_t v;
 
 		if (pick % special_in == 0) {
-			if (!is_float(dtype))
+			if (!elem_is_float(dtype))
 				v = int_special(dtype, (unsigned)(r >> 3));
 			else if (dtype == DVAR_FLOAT16)
 				v = f16_specials[r % NUM_SPECIALS];
@@ -184,23 +155,23 @@ static void fill(int dtype, void *buf, size_t count, uint64_t seed, unsigned spe
 				v = f64_specials[r % NUM_SPECIALS];
 		} else if ((pick >> 20) % 4 == 0) {
 			v = r; /* random bits: NaN payloads, subnormals, anything */
-		} else if (is_float(dtype)) {
+		} else if (elem_is_float(dtype)) {
 			v = moderate(dtype, r, (pick >> 24) % 2 ? 3 : 12);
 		} else {
 			v = (r % 201) - 100; /* small, both signs */
 		}
-		put_bits(dtype, buf, i, v);
+		elem_put_bits(dtype, buf, i, v);
 	}
 }
 
 /* Replace the NaNs among count elements by zeros. */
 static void scrub_nans(int dtype, void *buf, size_t count)
 {
-	if (!is_float(dtype))
+	if (!elem_is_float(dtype))
 		return;
 	for (size_t i = 0; i < count; i++)
-		if (bits_nan(dtype, get_bits(dtype, buf, i)))
-			put_bits(dtype, buf, i, 0);
+		if (bits_nan(dtype, elem_get_bits(dtype, buf, i)))
+			elem_put_bits(dtype, buf, i, 0);
 }
 
 /* ---------------------------------------------------------------- reduce */
@@ -219,7 +190,7 @@ static uint64_t add_nan_rule(int dtype, const void *const *srcs, int n, size_t i
 	uint64_t prefix = 0;
 
 	for (int k = 0; k < n; k++)
-		if (bits_nan(dtype, get_bits(dtype, srcs[k], i))) {
+		if (bits_nan(dtype, elem_get_bits(dtype, srcs[k], i))) {
 			if (first < 0)
 				first = k;
 			nans++;
@@ -236,14 +207,14 @@ static uint64_t add_nan_rule(int dtype, const void *const *srcs, int n, size_t i
 		for (int k = 0; k < first; k++)
 			pre[k] = (const unsigned char *)srcs[k] + i * size;
 		dvar_kernel_reduce(dtype, DVAR_KOP_ADD, out, pre, first, 1);
-		prefix = get_bits(dtype, out, 0);
+		prefix = elem_get_bits(dtype, out, 0);
 		if (bits_nan(dtype, prefix)) {
 			*ambiguous = 1;
 			return prefix; /* the running result wins */
 		}
 	}
 	*ambiguous = nans >= 2;
-	return bits_quiet(dtype, get_bits(dtype, srcs[first], i));
+	return bits_quiet(dtype, elem_get_bits(dtype, srcs[first], i));
 }
 
 /* NaN results compared byte for byte so far (reported). */
@@ -268,20 +239,20 @@ static size_t check_reduce(int dtype, dvar_kernel_op op, const void *const *srcs
 	memset(out, 0x5a, count * size);
 	dvar_kernel_reduce(dtype, op, ref, srcs, n, count);
 	assert_int_equal(dvar_cuda_k_host_check(0, dtype, op, out, srcs, n, count, 0), 0);
-	if (is_float(dtype))
+	if (elem_is_float(dtype))
 		for (size_t i = 0; i < count; i++)
-			nan_results += bits_nan(dtype, get_bits(dtype, ref, i)) &&
-			               get_bits(dtype, ref, i) == get_bits(dtype, out, i);
+			nan_results += bits_nan(dtype, elem_get_bits(dtype, ref, i)) &&
+			               elem_get_bits(dtype, ref, i) == elem_get_bits(dtype, out, i);
 	if (memcmp(ref, out, count * size) != 0) {
 		for (size_t i = 0; i < count; i++) {
-			uint64_t want = get_bits(dtype, ref, i);
-			uint64_t got = get_bits(dtype, out, i);
+			uint64_t want = elem_get_bits(dtype, ref, i);
+			uint64_t got = elem_get_bits(dtype, out, i);
 			int ambiguous = 0;
 			uint64_t rule = 0;
 
 			if (want == got)
 				continue;
-			if (is_float(dtype) && op == DVAR_KOP_ADD)
+			if (elem_is_float(dtype) && op == DVAR_KOP_ADD)
 				rule = add_nan_rule(dtype, srcs, n, i, &ambiguous);
 			if (ambiguous && bits_nan(dtype, want) && got == rule) {
 				carved++;
@@ -293,7 +264,7 @@ static size_t check_reduce(int dtype, dvar_kernel_op op, const void *const *srcs
 			            (unsigned long long)got, (unsigned long long)want);
 			for (int k = 0; k < n && k < 8; k++)
 				print_error("  source %d: %#llx\n", k,
-				            (unsigned long long)get_bits(dtype, srcs[k], i));
+				            (unsigned long long)elem_get_bits(dtype, srcs[k], i));
 			fail();
 		}
 	}
@@ -308,8 +279,8 @@ static void test_cuda_kernels__reduce_random(void **state)
 	size_t compared = 0, carved = 0;
 
 	(void)state;
-	for (size_t d = 0; d < NUM_NUMERIC; d++) {
-		int dtype = numeric_dtypes[d];
+	for (size_t d = 0; d < ELEM_NUM_NUMERIC; d++) {
+		int dtype = elem_numeric_dtypes[d];
 		size_t size = dvar_dtype_size(dtype);
 
 		for (size_t c = 0; c < NUM_COUNTS; c++) {
@@ -379,26 +350,29 @@ static void test_cuda_kernels__reduce_aliasing(void **state)
 	static const int ns[] = { 3, 130 };
 
 	(void)state;
-	for (size_t d = 0; d < NUM_NUMERIC; d++)
+	for (size_t d = 0; d < ELEM_NUM_NUMERIC; d++) {
+		int dtype = elem_numeric_dtypes[d];
+
 		for (size_t j = 0; j < 2; j++)
 			for (size_t o = 0; o < 4; o++) {
-				check_alias(numeric_dtypes[d], all_ops[o], ns[j], 0, 1000);
-				check_alias(numeric_dtypes[d], all_ops[o], ns[j], ns[j] / 2, 1000);
-				check_alias(numeric_dtypes[d], all_ops[o], ns[j], ns[j] - 1, 1000);
+				check_alias(dtype, all_ops[o], ns[j], 0, 1000);
+				check_alias(dtype, all_ops[o], ns[j], ns[j] / 2, 1000);
+				check_alias(dtype, all_ops[o], ns[j], ns[j] - 1, 1000);
 			}
+	}
 }
 
 /* Every pair and triple of integer extremes, every operator. */
 static void test_cuda_kernels__int_extremes(void **state)
 {
 	(void)state;
-	for (size_t d = 0; d < NUM_NUMERIC; d++) {
-		int dtype = numeric_dtypes[d];
+	for (size_t d = 0; d < ELEM_NUM_NUMERIC; d++) {
+		int dtype = elem_numeric_dtypes[d];
 		uint64_t a[512], b[512], c[512];
 		void *pa, *pb, *pc;
 		size_t count = 0;
 
-		if (is_float(dtype))
+		if (elem_is_float(dtype))
 			continue;
 		pa = malloc(512 * 8);
 		pb = malloc(512 * 8);
@@ -409,9 +383,9 @@ static void test_cuda_kernels__int_extremes(void **state)
 					a[count] = int_special(dtype, i);
 					b[count] = int_special(dtype, j);
 					c[count] = int_special(dtype, k);
-					put_bits(dtype, pa, count, a[count]);
-					put_bits(dtype, pb, count, b[count]);
-					put_bits(dtype, pc, count, c[count]);
+					elem_put_bits(dtype, pa, count, a[count]);
+					elem_put_bits(dtype, pb, count, b[count]);
+					elem_put_bits(dtype, pc, count, c[count]);
 					count++;
 				}
 		for (size_t o = 0; o < 4; o++) {
@@ -434,16 +408,16 @@ static void expect_reduce(int dtype, dvar_kernel_op op, const uint64_t *in, int 
 	const void *s[8];
 
 	for (int k = 0; k < n; k++) {
-		put_bits(dtype, buf[k], 0, in[k]);
+		elem_put_bits(dtype, buf[k], 0, in[k]);
 		s[k] = buf[k];
 	}
 	assert_int_equal(dvar_cuda_k_host_check(0, dtype, op, out, s, n, 1, 0), 0);
-	if (get_bits(dtype, out, 0) != want)
+	if (elem_get_bits(dtype, out, 0) != want)
 		fail_msg("%s %s of %d: %#llx, want %#llx", dvar_dtype_name(dtype), op_names[op], n,
-		         (unsigned long long)get_bits(dtype, out, 0), (unsigned long long)want);
+		         (unsigned long long)elem_get_bits(dtype, out, 0), (unsigned long long)want);
 	if (against_host) {
 		dvar_kernel_reduce(dtype, op, ref, s, n, 1);
-		assert_int_equal(get_bits(dtype, ref, 0), want);
+		assert_int_equal(elem_get_bits(dtype, ref, 0), want);
 	}
 }
 
@@ -526,11 +500,11 @@ static void expect_same(int dtype, const void *ref, const void *out, size_t coun
                         const char *what)
 {
 	for (size_t i = 0; i < count; i++)
-		if (get_bits(dtype, ref, i) != get_bits(dtype, out, i))
+		if (elem_get_bits(dtype, ref, i) != elem_get_bits(dtype, out, i))
 			fail_msg("%s %s: element %zu is %#llx, the host code gives %#llx",
 			         dvar_dtype_name(dtype), what, i,
-			         (unsigned long long)get_bits(dtype, out, i),
-			         (unsigned long long)get_bits(dtype, ref, i));
+			         (unsigned long long)elem_get_bits(dtype, out, i),
+			         (unsigned long long)elem_get_bits(dtype, ref, i));
 }
 
 static const int64_t divisors[] = { 1, 2, 3, 7, 257, 2049, 1000003, 16777217,
@@ -561,10 +535,11 @@ static void check_divide(int dtype, size_t count, int64_t divisor, uint64_t seed
 static void test_cuda_kernels__divide(void **state)
 {
 	(void)state;
-	for (size_t d = 0; d < NUM_NUMERIC; d++)
+	for (size_t d = 0; d < ELEM_NUM_NUMERIC; d++)
 		for (size_t c = 0; c < NUM_COUNTS; c++)
 			for (size_t v = 0; v < NUM_DIVISORS; v++)
-				check_divide(numeric_dtypes[d], counts[c], divisors[v], 31 * v + c);
+				check_divide(elem_numeric_dtypes[d], counts[c], divisors[v],
+				             31 * v + c);
 }
 
 static int64_t split_arg(int replica_id, int num_replicas)
@@ -585,7 +560,7 @@ static void check_split(int dtype, const void *total, size_t count, int id, int 
 	assert_non_null(ref);
 	assert_non_null(out);
 	snprintf(what, sizeof what, "split %d of %d", id, n);
-	assert_int_equal(dvar_variable__split_sum(dtype, total, ref, count, id, n), DVAR_OK);
+	assert_int_equal(dvar_variable_split_sum(dtype, total, ref, count, id, n), DVAR_OK);
 	memset(out, 0x5a, bytes);
 	assert_int_equal(dvar_cuda_k_host_check(2, dtype, DVAR_KOP_ADD, out, srcs, 1, count,
 	                                        split_arg(id, n)),
@@ -608,8 +583,8 @@ static void test_cuda_kernels__split_sum(void **state)
 	static const int ns[] = { 1, 2, 3, 7, 257, 2049, 4097, 1000003, 16777217 };
 
 	(void)state;
-	for (size_t d = 0; d < NUM_NUMERIC; d++) {
-		int dtype = numeric_dtypes[d];
+	for (size_t d = 0; d < ELEM_NUM_NUMERIC; d++) {
+		int dtype = elem_numeric_dtypes[d];
 
 		for (size_t c = 0; c < NUM_COUNTS; c++) {
 			unsigned char *total = malloc(counts[c] * dvar_dtype_size(dtype));

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "testutil.h"
+#include "elements.h"
 #include "core/core.h"
 #include "runtime/runtime.h"
 
@@ -61,19 +62,9 @@ static dvar_strategy *make(int replicas, size_t chunk_bytes)
 
 /* ---------------------------------------------------------------- element codecs */
 
-static const int numeric[] = { DVAR_UINT8,   DVAR_UINT16, DVAR_UINT32,  DVAR_UINT64,
-                               DVAR_INT8,    DVAR_INT16,  DVAR_INT32,   DVAR_INT64,
-                               DVAR_FLOAT16, DVAR_BFLOAT16, DVAR_FLOAT32, DVAR_FLOAT64 };
-#define NNUMERIC (int)(sizeof numeric / sizeof numeric[0])
-
 static int is_unsigned(int dt)
 {
 	return dt == DVAR_UINT8 || dt == DVAR_UINT16 || dt == DVAR_UINT32 || dt == DVAR_UINT64;
-}
-
-static int is_float(int dt)
-{
-	return dt == DVAR_FLOAT16 || dt == DVAR_BFLOAT16 || dt == DVAR_FLOAT32 || dt == DVAR_FLOAT64;
 }
 
 /* Store an integer value in element i (integers wrap to the width). */
@@ -137,7 +128,7 @@ static void expect(int dt, int op, int n, size_t i, void *out)
 	case DVAR_REDUCE_MAX: put_int(dt, out, 0, mx); return;
 	}
 	/* MEAN: the sum divided by N, as runtime.h says per dtype. */
-	if (!is_float(dt)) {
+	if (!elem_is_float(dt)) {
 		put_int(dt, out, 0, wrap(dt, sum) / n);
 	} else if (dt == DVAR_FLOAT64) {
 		((double *)out)[0] = (double)sum / n;
@@ -168,8 +159,8 @@ static int dtypes_fn(dvar_replica *ctx, void *arg)
 		free(dst);
 		return dvar_error_set(DVAR_ENOMEM, "test: out of memory");
 	}
-	for (int d = 0; d < NNUMERIC; d++) {
-		int dt = numeric[d];
+	for (int d = 0; d < (int)ELEM_NUM_NUMERIC; d++) {
+		int dt = elem_numeric_dtypes[d];
 		size_t es = dvar_dtype_size(dt);
 
 		for (int op = DVAR_REDUCE_SUM; op <= DVAR_REDUCE_MAX; op++) {

@@ -1,6 +1,6 @@
 /*
  * tests/unit/runtime/test_runtime_exchange.c - the coordinator's own
- * cross-worker steps (dvar_strategy__all_to_all, dvar_strategy__agree): the
+ * cross-worker steps (dvar_strategy_all_to_all, dvar_strategy_agree): the
  * bytes every worker receives from every other, sizes of zero, messages
  * split below the MPI count limit, a failure on one worker failing the step
  * everywhere, workers at different steps (or one inside a run) failing
@@ -54,7 +54,7 @@ static void exchange(dvar_strategy *s, int variant)
 	for (int to = 0; to < W; to++)
 		for (uint64_t i = 0; i < send_bytes[to]; i++)
 			send[at++] = pair_byte(me, to, i);
-	if (dvar_strategy__all_to_all(s, DVAR_OK, send, send_bytes, &recv, recv_bytes,
+	if (dvar_strategy_all_to_all(s, DVAR_OK, send, send_bytes, &recv, recv_bytes,
 	                              "test exchange") != DVAR_OK)
 		fail_msg("all_to_all (variant %d): %s", variant, dvar_error_last()->message);
 	assert_non_null(recv);
@@ -106,8 +106,8 @@ static void test_runtime_exchange__agree(void **state)
 	dvar_strategy *s = tu_strategy(2, 0);
 
 	(void)state;
-	assert_int_equal(dvar_strategy__agree(s, DVAR_OK, "test agreement"), DVAR_OK);
-	assert_int_equal(dvar_strategy__agree(s, DVAR_OK, "test agreement"), DVAR_OK);
+	assert_int_equal(dvar_strategy_agree(s, DVAR_OK, "test agreement"), DVAR_OK);
+	assert_int_equal(dvar_strategy_agree(s, DVAR_OK, "test agreement"), DVAR_OK);
 	dvar_strategy_free(s);
 }
 
@@ -126,7 +126,7 @@ static void test_runtime_exchange__failure_reaches_everyone(void **state)
 	(void)state;
 	assert_true(W <= 8);
 	local = me == bad ? dvar_error_set(DVAR_EINVAL, "worker-local problem on %d", me) : DVAR_OK;
-	rc = dvar_strategy__all_to_all(s, local, NULL, send_bytes, &recv, recv_bytes, "failing step");
+	rc = dvar_strategy_all_to_all(s, local, NULL, send_bytes, &recv, recv_bytes, "failing step");
 	assert_int_equal(rc, DVAR_EINVAL);
 	assert_null(recv);
 	if (W > 1)
@@ -138,7 +138,7 @@ static void test_runtime_exchange__failure_reaches_everyone(void **state)
 	/* The same through an agreement, with two failing workers: the lowest wins. */
 	local = me == bad || me == 0 ? dvar_error_set(DVAR_ENOMEM, "short of memory on %d", me)
 	                             : DVAR_OK;
-	rc = dvar_strategy__agree(s, local, "failing agreement");
+	rc = dvar_strategy_agree(s, local, "failing agreement");
 	assert_int_equal(rc, DVAR_ENOMEM);
 	if (W > 1)
 		assert_string_equal(dvar_error_last()->message, "worker 0: short of memory on 0");
@@ -146,7 +146,7 @@ static void test_runtime_exchange__failure_reaches_everyone(void **state)
 		assert_string_equal(dvar_error_last()->message, "short of memory on 0");
 
 	/* A bad argument on one worker is a failure before the step too. */
-	rc = dvar_strategy__all_to_all(s, DVAR_OK, NULL, me == bad ? NULL : send_bytes, &recv,
+	rc = dvar_strategy_all_to_all(s, DVAR_OK, NULL, me == bad ? NULL : send_bytes, &recv,
 	                               recv_bytes, "bad arguments");
 	assert_int_equal(rc, DVAR_EINVAL);
 	tu_assert_error_contains("send_bytes is NULL");
@@ -181,12 +181,12 @@ static void test_runtime_exchange__mismatch(void **state)
 	(void)state;
 	if (W == 1) {
 		/* Nobody to disagree with. */
-		assert_int_equal(dvar_strategy__agree(s, DVAR_OK, "a"), DVAR_OK);
+		assert_int_equal(dvar_strategy_agree(s, DVAR_OK, "a"), DVAR_OK);
 		dvar_strategy_free(s);
 		return;
 	}
 	/* Another text. */
-	rc = dvar_strategy__agree(s, DVAR_OK, odd ? "step B" : "step A");
+	rc = dvar_strategy_agree(s, DVAR_OK, odd ? "step B" : "step A");
 	assert_int_equal(rc, DVAR_ECOMM);
 	tu_assert_error_contains("(step B)");
 	tu_assert_error_contains("(step A)");
@@ -195,12 +195,12 @@ static void test_runtime_exchange__mismatch(void **state)
 
 	/* An agreement against an all-to-all of the same text. */
 	if (odd) {
-		rc = dvar_strategy__agree(s, DVAR_OK, "step");
+		rc = dvar_strategy_agree(s, DVAR_OK, "step");
 	} else {
 		uint64_t send_bytes[8] = { 0 }, recv_bytes[8];
 		void *recv = NULL;
 
-		rc = dvar_strategy__all_to_all(s, DVAR_OK, NULL, send_bytes, &recv, recv_bytes, "step");
+		rc = dvar_strategy_all_to_all(s, DVAR_OK, NULL, send_bytes, &recv, recv_bytes, "step");
 		assert_null(recv);
 	}
 	assert_int_equal(rc, DVAR_ECOMM);
@@ -211,7 +211,7 @@ static void test_runtime_exchange__mismatch(void **state)
 	if (odd)
 		rc = dvar_strategy_run(s, sum_fn, NULL);
 	else
-		rc = dvar_strategy__agree(s, DVAR_OK, "step");
+		rc = dvar_strategy_agree(s, DVAR_OK, "step");
 	assert_int_equal(rc, DVAR_ECOMM);
 	tu_assert_error_contains("cross-worker agreement");
 	exchange(s, 0);
@@ -220,7 +220,7 @@ static void test_runtime_exchange__mismatch(void **state)
 	if (odd)
 		rc = dvar_strategy_run(s, nothing_fn, NULL);
 	else
-		rc = dvar_strategy__agree(s, DVAR_OK, "step");
+		rc = dvar_strategy_agree(s, DVAR_OK, "step");
 	assert_int_equal(rc, DVAR_ECOMM);
 	tu_assert_error_contains("cross-worker agreement");
 	exchange(s, 0);
@@ -238,7 +238,7 @@ static int inside_fn(dvar_replica *ctx, void *arg)
 	struct inside *in = arg;
 	int l = dvar_replica_local_id(ctx);
 
-	in->rc[l] = dvar_strategy__agree(dvar_replica_strategy(ctx), DVAR_OK, "inside");
+	in->rc[l] = dvar_strategy_agree(dvar_replica_strategy(ctx), DVAR_OK, "inside");
 	snprintf(in->msg[l], sizeof in->msg[l], "%s", dvar_error_last()->message);
 	return DVAR_OK;
 }
@@ -255,7 +255,7 @@ static void test_runtime_exchange__inside_run(void **state)
 		assert_int_equal(in.rc[l], DVAR_EINVAL);
 		assert_non_null(strstr(in.msg[l], "called inside dvar_strategy_run"));
 	}
-	assert_int_equal(dvar_strategy__agree(NULL, DVAR_OK, "x"), DVAR_EINVAL);
+	assert_int_equal(dvar_strategy_agree(NULL, DVAR_OK, "x"), DVAR_EINVAL);
 	exchange(s, 0);
 	dvar_strategy_free(s);
 }
@@ -271,20 +271,21 @@ static void test_runtime_exchange__timeout(void **state)
 
 	(void)state;
 	if (W == 1) {
+		/* Nobody to be late: an exchange works, and the timeout is tested under mpirun. */
 		exchange(s, 0);
 		dvar_strategy_free(s);
-		return;
+		skip();
 	}
 	start = dvar_now();
 	if (me == W - 1)
 		tu_sleep_ms(1500);
-	rc = dvar_strategy__all_to_all(s, DVAR_OK, NULL, send_bytes, &recv, recv_bytes, "late step");
+	rc = dvar_strategy_all_to_all(s, DVAR_OK, NULL, send_bytes, &recv, recv_bytes, "late step");
 	assert_int_equal(rc, DVAR_ECOMM);
 	tu_assert_error_contains("timed out after 300 ms");
 	assert_null(recv);
 	assert_true(dvar_now() - start < 30.0);
 	/* Broken: everything fails at once. */
-	assert_int_equal(dvar_strategy__agree(s, DVAR_OK, "after"), DVAR_ECOMM);
+	assert_int_equal(dvar_strategy_agree(s, DVAR_OK, "after"), DVAR_ECOMM);
 	tu_assert_error_contains("strategy is broken after an earlier timeout");
 	assert_int_equal(dvar_strategy_run(s, sum_fn, NULL), DVAR_ECOMM);
 	dvar_strategy_free(s);

@@ -11,17 +11,13 @@
 #include <string.h>
 
 #include "testutil.h"
+#include "elements.h"
 #include "core/core.h"
 #include "runtime/runtime.h"
 
 static const int int_dtypes[] = { DVAR_UINT8, DVAR_UINT16, DVAR_UINT32, DVAR_UINT64,
 	                          DVAR_INT8,  DVAR_INT16,  DVAR_INT32,  DVAR_INT64 };
 #define NUM_INT_DTYPES (sizeof int_dtypes / sizeof int_dtypes[0])
-
-static const int numeric_dtypes[] = { DVAR_UINT8,   DVAR_UINT16,   DVAR_UINT32,  DVAR_UINT64,
-	                              DVAR_INT8,    DVAR_INT16,    DVAR_INT32,   DVAR_INT64,
-	                              DVAR_FLOAT16, DVAR_BFLOAT16, DVAR_FLOAT32, DVAR_FLOAT64 };
-#define NUM_NUMERIC (sizeof numeric_dtypes / sizeof numeric_dtypes[0])
 
 static int is_signed(int dtype)
 {
@@ -30,28 +26,6 @@ static int is_signed(int dtype)
 }
 
 /* ---------------------------------------------------------------- integer helpers */
-
-/* Store the low bits of v as element i. */
-static void put_int(int dtype, void *buf, size_t i, uint64_t v)
-{
-	size_t size = dvar_dtype_size(dtype);
-	unsigned char *p = (unsigned char *)buf + i * size;
-
-	for (size_t b = 0; b < size; b++)
-		p[b] = (unsigned char)(v >> (8 * b));
-}
-
-/* Element i, zero-extended (as bits). */
-static uint64_t get_bits(int dtype, const void *buf, size_t i)
-{
-	size_t size = dvar_dtype_size(dtype);
-	const unsigned char *p = (const unsigned char *)buf + i * size;
-	uint64_t v = 0;
-
-	for (size_t b = 0; b < size; b++)
-		v |= (uint64_t)p[b] << (8 * b);
-	return v;
-}
 
 static uint64_t mask_of(int dtype)
 {
@@ -186,8 +160,8 @@ static void test_runtime_kernels__int_table(void **state)
 		unsigned char a[8 * 8], b[8 * 8], out[8 * 8];
 
 		for (size_t i = 0; i < n; i++) {
-			put_int(dt, a, i, as[i]);
-			put_int(dt, b, i, bs[i]);
+			elem_put_bits(dt, a, i, as[i]);
+			elem_put_bits(dt, b, i, bs[i]);
 		}
 		for (int op = DVAR_KOP_ADD; op <= DVAR_KOP_MAX; op++) {
 			const void *srcs[2] = { a, b };
@@ -196,18 +170,18 @@ static void test_runtime_kernels__int_table(void **state)
 			for (size_t i = 0; i < n; i++) {
 				uint64_t want =
 				        int_ref(dt, (dvar_kernel_op)op, as[i] & m, bs[i] & m);
-				if (get_bits(dt, out, i) != want)
+				if (elem_get_bits(dt, out, i) != want)
 					fail_msg("%s op %d element %zu: got %#llx, want %#llx",
 					         dvar_dtype_name(dt), op, i,
-					         (unsigned long long)get_bits(dt, out, i),
+					         (unsigned long long)elem_get_bits(dt, out, i),
 					         (unsigned long long)want);
 			}
 		}
 		/* Signed types: min(-1, 1) is -1; unsigned: -1 is the maximum. */
-		put_int(dt, a, 0, (uint64_t)-1);
-		put_int(dt, b, 0, 1);
+		elem_put_bits(dt, a, 0, (uint64_t)-1);
+		elem_put_bits(dt, b, 0, 1);
 		dvar_kernel_reduce(dt, DVAR_KOP_MIN, out, (const void *[]){ a, b }, 2, 1);
-		assert_int_equal(get_bits(dt, out, 0), is_signed(dt) ? m : 1);
+		assert_int_equal(elem_get_bits(dt, out, 0), is_signed(dt) ? m : 1);
 	}
 }
 
@@ -549,14 +523,14 @@ static void expect_elementwise(int dtype, dvar_kernel_op op, const void *got,
 		} else {
 			uint64_t acc = 0;
 			for (int k = 0; k < n; k++) {
-				uint64_t x = get_bits(dtype, srcs[k], i);
+				uint64_t x = elem_get_bits(dtype, srcs[k], i);
 				acc = k == 0 ? x : int_ref(dtype, op, acc, x);
 			}
-			if (get_bits(dtype, got, i) != acc)
+			if (elem_get_bits(dtype, got, i) != acc)
 				fail_msg("%s op %d n %d count %zu element %zu: got %#llx, want "
 				         "%#llx",
 				         dvar_dtype_name(dtype), op, n, count, i,
-				         (unsigned long long)get_bits(dtype, got, i),
+				         (unsigned long long)elem_get_bits(dtype, got, i),
 				         (unsigned long long)acc);
 		}
 	}
@@ -570,8 +544,8 @@ static void test_runtime_kernels__counts_and_aliasing(void **state)
 	enum { MAXN = 5 };
 
 	(void)state;
-	for (size_t d = 0; d < NUM_NUMERIC; d++) {
-		int dt = numeric_dtypes[d];
+	for (size_t d = 0; d < ELEM_NUM_NUMERIC; d++) {
+		int dt = elem_numeric_dtypes[d];
 		size_t size = dvar_dtype_size(dt);
 
 		for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
@@ -729,14 +703,14 @@ static void test_runtime_kernels__divide_integers(void **state)
 	for (size_t d = 0; d < NUM_INT_DTYPES; d++) {
 		int dt = int_dtypes[d];
 		unsigned char buf[16];
-		put_int(dt, buf, 0, (uint64_t)-7);
-		put_int(dt, buf, 1, 9);
+		elem_put_bits(dt, buf, 0, (uint64_t)-7);
+		elem_put_bits(dt, buf, 1, 9);
 		dvar_kernel_divide(dt, buf, 2, 2);
 		if (is_signed(dt))
-			assert_int_equal(as_signed(dt, get_bits(dt, buf, 0)), -3);
+			assert_int_equal(as_signed(dt, elem_get_bits(dt, buf, 0)), -3);
 		else
-			assert_int_equal(get_bits(dt, buf, 0), (mask_of(dt) - 6) / 2);
-		assert_int_equal(get_bits(dt, buf, 1), 4);
+			assert_int_equal(elem_get_bits(dt, buf, 0), (mask_of(dt) - 6) / 2);
+		assert_int_equal(elem_get_bits(dt, buf, 1), 4);
 	}
 }
 
@@ -797,10 +771,10 @@ static void test_runtime_kernels__divide_floats(void **state)
 static void test_runtime_kernels__check(void **state)
 {
 	(void)state;
-	for (size_t d = 0; d < NUM_NUMERIC; d++)
+	for (size_t d = 0; d < ELEM_NUM_NUMERIC; d++)
 		for (int op = DVAR_KOP_ADD; op <= DVAR_KOP_MAX; op++)
 			assert_int_equal(
-			        dvar_kernel_check(numeric_dtypes[d], (dvar_kernel_op)op, "x"),
+			        dvar_kernel_check(elem_numeric_dtypes[d], (dvar_kernel_op)op, "x"),
 			        DVAR_OK);
 	assert_int_equal(dvar_kernel_check(DVAR_BOOL, DVAR_KOP_ADD, "all_reduce"), DVAR_EINVAL);
 	tu_assert_error_contains("all_reduce");

@@ -130,13 +130,13 @@ static void expect_read(dvar_sharded_variable *v, const char *text, int rank, co
                         const double *values)
 {
 	int dtype = dvar_sharded_variable_dtype(v);
-	dvar_index items[16];
+	dvar_subscript items[16];
 	dvar_shape shape, want = shape_of(rank, dims);
 	uint64_t count = 0, bytes;
 	int n = 0;
 	void *buf;
 
-	if (text[0] && dvar_index_parse(text, items, 16, &n) != DVAR_OK)
+	if (text[0] && dvar_subscript_parse(text, items, 16, &n) != DVAR_OK)
 		fail_msg("parsing '%s': %s", text, dvar_error_last()->message);
 	memset(&shape, 0xff, sizeof shape);
 	/* dst NULL: the shape only (still collective). */
@@ -167,7 +167,7 @@ static void expect_read(dvar_sharded_variable *v, const char *text, int rank, co
 }
 
 /* v[text] fails on every worker with code, and a message containing needle. */
-static void expect_read_error(dvar_sharded_variable *v, const dvar_index *items, int n, int code,
+static void expect_read_error(dvar_sharded_variable *v, const dvar_subscript *items, int n, int code,
                               const char *needle)
 {
 	double buf[64];
@@ -180,10 +180,10 @@ static void expect_read_error(dvar_sharded_variable *v, const dvar_index *items,
 static void expect_read_text_error(dvar_sharded_variable *v, const char *text, int code,
                                    const char *needle)
 {
-	dvar_index items[16];
+	dvar_subscript items[16];
 	int n = 0;
 
-	assert_int_equal(dvar_index_parse(text, items, 16, &n), DVAR_OK);
+	assert_int_equal(dvar_subscript_parse(text, items, 16, &n), DVAR_OK);
 	expect_read_error(v, items, n, code, needle);
 }
 
@@ -274,9 +274,9 @@ static void test_sharding_variable__ps_partition_to_one(void **state)
 	double all[10];
 	dvar_sharded_variable *v;
 	double scalar = 2.5;
-	dvar_index na = { .kind = DVAR_INDEX_NEWAXIS };
-	dvar_index ell = { .kind = DVAR_INDEX_ELLIPSIS };
-	dvar_index items[2];
+	dvar_subscript na = { .kind = DVAR_SUBSCRIPT_NEWAXIS };
+	dvar_subscript ell = { .kind = DVAR_SUBSCRIPT_ELLIPSIS };
+	dvar_subscript items[2];
 	dvar_shape shape;
 	float got[2];
 	const int64_t one[1] = { 1 };
@@ -599,10 +599,10 @@ static void test_sharding_variable__read_errors(void **state)
 	dvar_strategy *s = tu_strategy(1, 0);
 	int W = dvar_strategy_num_workers(s), me = dvar_strategy_worker_id(s);
 	dvar_sharded_variable *v = slicing_variable(s);
-	dvar_index two_ellipses[2] = { { .kind = DVAR_INDEX_ELLIPSIS },
-		                       { .kind = DVAR_INDEX_ELLIPSIS } };
-	dvar_index bad_kind = { .kind = 42 };
-	dvar_index items[4];
+	dvar_subscript two_ellipses[2] = { { .kind = DVAR_SUBSCRIPT_ELLIPSIS },
+		                       { .kind = DVAR_SUBSCRIPT_ELLIPSIS } };
+	dvar_subscript bad_kind = { .kind = 42 };
+	dvar_subscript items[4];
 	int32_t small[3], rowbuf[2];
 	dvar_shape shape;
 	int n;
@@ -625,18 +625,18 @@ static void test_sharding_variable__read_errors(void **state)
 	expect_read_error(v, NULL, 1, DVAR_EINVAL, "items is NULL");
 	/* Too many dimensions in the result. */
 	for (int i = 0; i < 4; i++)
-		items[i].kind = DVAR_INDEX_NEWAXIS;
+		items[i].kind = DVAR_SUBSCRIPT_NEWAXIS;
 	assert_int_equal(dvar_sharded_variable_read(v, items, 4, NULL, 0, &shape), DVAR_OK);
 	assert_int_equal(shape.rank, 6);
 	{
-		dvar_index many[8];
+		dvar_subscript many[8];
 
 		for (int i = 0; i < 8; i++)
-			many[i].kind = DVAR_INDEX_NEWAXIS;
+			many[i].kind = DVAR_SUBSCRIPT_NEWAXIS;
 		expect_read_error(v, many, 8, DVAR_EINVAL, "more than 8 dimensions");
 	}
 	/* dst too small: DVAR_ESHAPE naming both sizes; the shape is still set. */
-	assert_int_equal(dvar_index_parse("0:2", items, 4, &n), DVAR_OK);
+	assert_int_equal(dvar_subscript_parse("0:2", items, 4, &n), DVAR_OK);
 	memset(&shape, 0, sizeof shape);
 	assert_int_equal(dvar_sharded_variable_read(v, items, n, small, sizeof small, &shape),
 	                 DVAR_ESHAPE);
@@ -644,7 +644,7 @@ static void test_sharding_variable__read_errors(void **state)
 	assert_int_equal(shape.rank, 2);
 
 	/* One worker's bad index fails the read everywhere. */
-	assert_int_equal(dvar_index_parse(me == W - 1 ? "8" : "1", items, 4, &n), DVAR_OK);
+	assert_int_equal(dvar_subscript_parse(me == W - 1 ? "8" : "1", items, 4, &n), DVAR_OK);
 	assert_int_equal(dvar_sharded_variable_read(v, items, n, rowbuf, sizeof rowbuf, &shape),
 	                 DVAR_EINVAL);
 	tu_assert_error_contains("slice index 8 of dimension 0 out of bounds.");
@@ -725,7 +725,7 @@ static void test_sharding_variable__read_3d(void **state)
 		full[i] = (float)(i * 3 % 17) - 4.5f;
 	{
 		dvar_sharded_variable *v = make_sv(s, "cube", DVAR_FLOAT32, 3, dims, &fixed4, full);
-		dvar_index items[8];
+		dvar_subscript items[8];
 		dvar_shape shape;
 		int n;
 
@@ -735,7 +735,7 @@ static void test_sharding_variable__read_3d(void **state)
 			for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
 				size_t count = reference3(full, dims, cases[c].sl, want);
 
-				assert_int_equal(dvar_index_parse(cases[c].text, items, 8, &n), DVAR_OK);
+				assert_int_equal(dvar_subscript_parse(cases[c].text, items, 8, &n), DVAR_OK);
 				memset(got, 0, sizeof got);
 				if (dvar_sharded_variable_read(v, items, n, got, sizeof got, &shape) != DVAR_OK)
 					fail_msg("cube[%s]: %s", cases[c].text, dvar_error_last()->message);

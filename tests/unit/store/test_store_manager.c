@@ -303,7 +303,7 @@ struct opts_storage {
 	dvar_manager_options mo;
 };
 
-static int manager_open(dvar_checkpoint_manager **out, dvar_strategy *s, const char *root,
+static int manager_open(dvar_manager **out, dvar_strategy *s, const char *root,
                         model *m, int64_t K, int N, int async)
 {
 	struct opts_storage *o = calloc(1, sizeof *o);
@@ -342,7 +342,7 @@ static int manager_open(dvar_checkpoint_manager **out, dvar_strategy *s, const c
  * each step's values, then dvar_manager_step runs. saved_out (may be NULL)
  * receives each step's *saved. Ends with dvar_manager_wait.
  */
-static void train(dvar_strategy *s, dvar_checkpoint_manager *mgr, model *m, int64_t first,
+static void train(dvar_strategy *s, dvar_manager *mgr, model *m, int64_t first,
                   int64_t last, int *saved_out)
 {
 	for (int64_t step = first; step <= last; step++) {
@@ -360,7 +360,7 @@ static void train(dvar_strategy *s, dvar_checkpoint_manager *mgr, model *m, int6
  * Step `step` saves (a multiple of K), the variables move on to step + 1,
  * and restoring the latest brings step's values back: the mismatches.
  */
-static int save_then_restore_latest(const stu_topo *t, dvar_checkpoint_manager *mgr, model *m,
+static int save_then_restore_latest(const stu_topo *t, dvar_manager *mgr, model *m,
                                     int64_t step)
 {
 	int64_t restored = -1;
@@ -385,7 +385,7 @@ static int save_then_restore_latest(const stu_topo *t, dvar_checkpoint_manager *
  */
 static void every_k_keep_last(int async)
 {
-	dvar_checkpoint_manager *mgr = NULL;
+	dvar_manager *mgr = NULL;
 	char *root, names[256], latest[64];
 	int saved[11];
 	int64_t bad = 0, restored = -1;
@@ -494,7 +494,7 @@ static void test_store_manager__every_k_keep_last_async(void **state)
  */
 static void test_store_manager__defaults(void **state)
 {
-	dvar_checkpoint_manager *mgr = NULL;
+	dvar_manager *mgr = NULL;
 	char *root, names[256];
 	int saved[5];
 	int64_t bad = 0;
@@ -579,7 +579,7 @@ static int model_check_set(const stu_topo *t, model *m, int64_t step)
  */
 static void test_store_manager__fresh_start(void **state)
 {
-	dvar_checkpoint_manager *mgr = NULL;
+	dvar_manager *mgr = NULL;
 	char *dir, *root;
 	int64_t restored = -7, bad = 0;
 	model m;
@@ -635,7 +635,7 @@ static void test_store_manager__fresh_start(void **state)
  */
 static void test_store_manager__async_matches_sync(void **state)
 {
-	dvar_checkpoint_manager *mgr = NULL;
+	dvar_manager *mgr = NULL;
 	char *dir, *roots[2], names[2][256];
 	int saved[2][13];
 	int64_t bad = 0;
@@ -717,7 +717,7 @@ static void test_store_manager__async_matches_sync(void **state)
  */
 static void test_store_manager__async_poll_restore_free(void **state)
 {
-	dvar_checkpoint_manager *mgr = NULL;
+	dvar_manager *mgr = NULL;
 	char *root;
 	int64_t bad = 0, seen = 0, step;
 	int saved = -1;
@@ -768,7 +768,7 @@ static void test_store_manager__async_poll_restore_free(void **state)
  */
 static void pending_failure(int by_wait)
 {
-	dvar_checkpoint_manager *mgr = NULL;
+	dvar_manager *mgr = NULL;
 	dvar_variable *vars[2];
 	dvar_manager_options mo = DVAR_MANAGER_OPTIONS_INIT;
 	dvar_save_options so = DVAR_SAVE_OPTIONS_INIT;
@@ -869,7 +869,7 @@ static void test_store_manager__pending_failure_wait(void **state)
 
 static void test_store_manager__bad_options(void **state)
 {
-	dvar_checkpoint_manager *mgr = NULL;
+	dvar_manager *mgr = NULL;
 	dvar_manager_options mo = DVAR_MANAGER_OPTIONS_INIT;
 	dvar_save_options so = DVAR_SAVE_OPTIONS_INIT;
 	dvar_restore_options ro = DVAR_RESTORE_OPTIONS_INIT;
@@ -886,7 +886,7 @@ static void test_store_manager__bad_options(void **state)
 
 	assert_int_equal(dvar_manager_open(NULL, t.s, root, vars, 3, NULL), DVAR_EINVAL);
 	/* Any non-NULL value: a failed open must leave *out NULL. */
-	mgr = (dvar_checkpoint_manager *)&mo;
+	mgr = (dvar_manager *)&mo;
 	assert_int_equal(dvar_manager_open(&mgr, NULL, root, vars, 3, NULL), DVAR_EINVAL);
 	tu_assert_error_contains("strategy is NULL");
 	assert_null(mgr);
@@ -894,7 +894,8 @@ static void test_store_manager__bad_options(void **state)
 	mo.version = 99;
 	assert_int_equal(dvar_manager_open(&mgr, t.s, root, vars, 3, &mo), DVAR_EINVAL);
 	tu_assert_error_contains("opening a checkpoint manager for '");
-	tu_assert_error_contains("manager options version 99, expected 1");
+	tu_assert_error_contains("dvar_manager_options: version 99 is not one this library knows "
+	                         "(1 to 1)");
 	assert_null(mgr);
 	mo.version = DVAR_MANAGER_OPTIONS_VERSION;
 	mo.save_every = -3;
@@ -908,12 +909,12 @@ static void test_store_manager__bad_options(void **state)
 	so.version = 7;
 	mo.save = &so;
 	assert_int_equal(dvar_manager_open(&mgr, t.s, root, vars, 3, &mo), DVAR_EINVAL);
-	tu_assert_error_contains("save options version 7, expected 1");
+	tu_assert_error_contains("dvar_save_options: version 7 is not one");
 	so.version = DVAR_SAVE_OPTIONS_VERSION;
 	ro.version = 0;
 	mo.restore = &ro;
 	assert_int_equal(dvar_manager_open(&mgr, t.s, root, vars, 3, &mo), DVAR_EINVAL);
-	tu_assert_error_contains("restore options version 0, expected 1");
+	tu_assert_error_contains("dvar_restore_options: version 0 is not one");
 	ro.version = DVAR_RESTORE_OPTIONS_VERSION;
 	assert_int_equal(dvar_manager_open(&mgr, t.s, NULL, vars, 3, &mo), DVAR_EINVAL);
 	tu_assert_error_contains("no checkpoint root given");

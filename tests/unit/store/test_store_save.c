@@ -837,8 +837,9 @@ static void test_store__tf_tables(void **state)
 	assert_int_equal(stu_topo_open(&t, 1), DVAR_OK);
 	W = t.W;
 	dvar_strategy_free(t.s);
+	/* The cases need two replicas in all (W = 1 x R = 2, or W = 2 x R = 1): not with 3 workers. */
 	if (W > 2)
-		return; /* two replicas in all: W = 1 x R = 2, or W = 2 x R = 1 */
+		skip();
 	assert_int_equal(stu_topo_open(&t, 2 / W), DVAR_OK);
 	root = stu_shared_dir(t.s);
 	for (size_t k = 0; k < sizeof tf_cases / sizeof tf_cases[0]; k++) {

@@ -67,7 +67,7 @@ static dvar_sharded_variable *make_sharded(dvar_strategy *s, const char *name, i
 /* The full value of v, assembled from every owner (collective). */
 static void *read_full(dvar_sharded_variable *v)
 {
-	dvar_index all = { .kind = DVAR_INDEX_ELLIPSIS };
+	dvar_subscript all = { .kind = DVAR_SUBSCRIPT_ELLIPSIS };
 	dvar_shape out;
 	uint64_t bytes = 0;
 	void *buf;

@@ -1,5 +1,5 @@
 /*
- * tests/unit/sharding/test_sharding_index.c - index texts, TF's
+ * tests/unit/sharding/test_sharding_subscript.c - subscripts, TF's
  * _decompose_slice_spec (every decomposition and test_slicing case of the
  * reference, §2.7) and the rows a slice selects, cross-checked by brute
  * force against Python's slice rules.
@@ -15,12 +15,12 @@
 
 /* ------------------------------------------------------------ helpers */
 
-static dvar_index parse_one(const char *text)
+static dvar_subscript parse_one(const char *text)
 {
-	dvar_index item;
+	dvar_subscript item;
 	int n = -1;
 
-	if (dvar_index_parse(text, &item, 1, &n) != DVAR_OK)
+	if (dvar_subscript_parse(text, &item, 1, &n) != DVAR_OK)
 		fail_msg("'%s': %s", text, dvar_error_last()->message);
 	assert_int_equal(n, 1);
 	return item;
@@ -28,7 +28,7 @@ static dvar_index parse_one(const char *text)
 
 /* Python's slice(start, stop, step).indices(len) and the rows it yields:
  * what NumPy and a TF tensor do with a slice. */
-static int py_slice(int64_t len, const dvar_index *s, int64_t *out)
+static int py_slice(int64_t len, const dvar_subscript *s, int64_t *out)
 {
 	int64_t step = s->has_step ? s->step : 1;
 	int64_t lower = step < 0 ? -1 : 0, upper = step < 0 ? len - 1 : len;
@@ -55,9 +55,9 @@ static int py_slice(int64_t len, const dvar_index *s, int64_t *out)
 /* What TF's __getitem__ returns for an axis-0 slice: each shard sliced by
  * its local slice (Python's rules), in shard order, reversed for a
  * negative step. Global row numbers. */
-static int tf_getitem(const int64_t *offsets, int64_t n, const dvar_index *spec, int64_t *out)
+static int tf_getitem(const int64_t *offsets, int64_t n, const dvar_subscript *spec, int64_t *out)
 {
-	dvar_index local[16];
+	dvar_subscript local[16];
 	int present[16], count = 0;
 	int64_t step = spec->has_step ? spec->step : 1;
 
@@ -76,7 +76,7 @@ static int tf_getitem(const int64_t *offsets, int64_t n, const dvar_index *spec,
 	return count;
 }
 
-static int slice_rows(int64_t rows, const dvar_index *spec, int64_t *out)
+static int slice_rows(int64_t rows, const dvar_subscript *spec, int64_t *out)
 {
 	int64_t count = -1;
 
@@ -103,71 +103,71 @@ static void assert_rows(const char *what, const int64_t *got, int ngot, const in
 
 /* ------------------------------------------------------------ parsing */
 
-static void test_sharding_index__parse(void **state)
+static void test_sharding_subscript__parse(void **state)
 {
-	dvar_index it[8];
+	dvar_subscript it[8];
 	int n = -1;
 
 	(void)state;
-	assert_int_equal(dvar_index_parse("2:7:2, 0", it, 8, &n), DVAR_OK);
+	assert_int_equal(dvar_subscript_parse("2:7:2, 0", it, 8, &n), DVAR_OK);
 	assert_int_equal(n, 2);
-	assert_int_equal(it[0].kind, DVAR_INDEX_SLICE);
+	assert_int_equal(it[0].kind, DVAR_SUBSCRIPT_SLICE);
 	assert_true(it[0].has_start && it[0].has_stop && it[0].has_step);
 	assert_int_equal(it[0].start, 2);
 	assert_int_equal(it[0].stop, 7);
 	assert_int_equal(it[0].step, 2);
-	assert_int_equal(it[1].kind, DVAR_INDEX_INT);
+	assert_int_equal(it[1].kind, DVAR_SUBSCRIPT_INT);
 	assert_int_equal(it[1].index, 0);
 
-	assert_int_equal(dvar_index_parse("...,0", it, 8, &n), DVAR_OK);
+	assert_int_equal(dvar_subscript_parse("...,0", it, 8, &n), DVAR_OK);
 	assert_int_equal(n, 2);
-	assert_int_equal(it[0].kind, DVAR_INDEX_ELLIPSIS);
-	assert_int_equal(it[1].kind, DVAR_INDEX_INT);
+	assert_int_equal(it[0].kind, DVAR_SUBSCRIPT_ELLIPSIS);
+	assert_int_equal(it[1].kind, DVAR_SUBSCRIPT_INT);
 
-	assert_int_equal(dvar_index_parse("newaxis, ...", it, 8, &n), DVAR_OK);
+	assert_int_equal(dvar_subscript_parse("newaxis, ...", it, 8, &n), DVAR_OK);
 	assert_int_equal(n, 2);
-	assert_int_equal(it[0].kind, DVAR_INDEX_NEWAXIS);
-	assert_int_equal(it[1].kind, DVAR_INDEX_ELLIPSIS);
-	assert_int_equal(dvar_index_parse("None", it, 8, &n), DVAR_OK);
-	assert_int_equal(it[0].kind, DVAR_INDEX_NEWAXIS);
+	assert_int_equal(it[0].kind, DVAR_SUBSCRIPT_NEWAXIS);
+	assert_int_equal(it[1].kind, DVAR_SUBSCRIPT_ELLIPSIS);
+	assert_int_equal(dvar_subscript_parse("None", it, 8, &n), DVAR_OK);
+	assert_int_equal(it[0].kind, DVAR_SUBSCRIPT_NEWAXIS);
 
-	assert_int_equal(dvar_index_parse("::-1", it, 8, &n), DVAR_OK);
+	assert_int_equal(dvar_subscript_parse("::-1", it, 8, &n), DVAR_OK);
 	assert_int_equal(n, 1);
-	assert_int_equal(it[0].kind, DVAR_INDEX_SLICE);
+	assert_int_equal(it[0].kind, DVAR_SUBSCRIPT_SLICE);
 	assert_false(it[0].has_start);
 	assert_false(it[0].has_stop);
 	assert_true(it[0].has_step);
 	assert_int_equal(it[0].step, -1);
 
-	assert_int_equal(dvar_index_parse("-3:", it, 8, &n), DVAR_OK);
+	assert_int_equal(dvar_subscript_parse("-3:", it, 8, &n), DVAR_OK);
 	assert_true(it[0].has_start);
 	assert_int_equal(it[0].start, -3);
 	assert_false(it[0].has_stop);
 	assert_false(it[0].has_step);
 
-	assert_int_equal(dvar_index_parse(":", it, 8, &n), DVAR_OK);
-	assert_int_equal(it[0].kind, DVAR_INDEX_SLICE);
+	assert_int_equal(dvar_subscript_parse(":", it, 8, &n), DVAR_OK);
+	assert_int_equal(it[0].kind, DVAR_SUBSCRIPT_SLICE);
 	assert_false(it[0].has_start || it[0].has_stop || it[0].has_step);
-	assert_int_equal(dvar_index_parse("::", it, 8, &n), DVAR_OK);
+	assert_int_equal(dvar_subscript_parse("::", it, 8, &n), DVAR_OK);
 	assert_false(it[0].has_start || it[0].has_stop || it[0].has_step);
-	assert_int_equal(dvar_index_parse("1:2:", it, 8, &n), DVAR_OK);
+	assert_int_equal(dvar_subscript_parse("1:2:", it, 8, &n), DVAR_OK);
 	assert_true(it[0].has_start && it[0].has_stop);
 	assert_false(it[0].has_step);
-	assert_int_equal(dvar_index_parse(":5", it, 8, &n), DVAR_OK);
+	assert_int_equal(dvar_subscript_parse(":5", it, 8, &n), DVAR_OK);
 	assert_false(it[0].has_start);
 	assert_int_equal(it[0].stop, 5);
 
 	/* spaces anywhere between tokens; one trailing comma (Python's x[0,]) */
-	assert_int_equal(dvar_index_parse("  1 : 2 :\t3 ,\t-4 , ", it, 8, &n), DVAR_OK);
+	assert_int_equal(dvar_subscript_parse("  1 : 2 :\t3 ,\t-4 , ", it, 8, &n), DVAR_OK);
 	assert_int_equal(n, 2);
 	assert_int_equal(it[0].start, 1);
 	assert_int_equal(it[0].stop, 2);
 	assert_int_equal(it[0].step, 3);
 	assert_int_equal(it[1].index, -4);
-	assert_int_equal(dvar_index_parse("0,", it, 8, &n), DVAR_OK);
+	assert_int_equal(dvar_subscript_parse("0,", it, 8, &n), DVAR_OK);
 	assert_int_equal(n, 1);
 
-	assert_int_equal(dvar_index_parse("+3, -9223372036854775808, 9223372036854775807", it, 8,
+	assert_int_equal(dvar_subscript_parse("+3, -9223372036854775808, 9223372036854775807", it, 8,
 	                                  &n),
 	                 DVAR_OK);
 	assert_int_equal(n, 3);
@@ -176,29 +176,29 @@ static void test_sharding_index__parse(void **state)
 	assert_int_equal(it[2].index, INT64_MAX);
 
 	/* step 0 parses (Python's does); decomposing it fails */
-	assert_int_equal(dvar_index_parse("::0", it, 8, &n), DVAR_OK);
+	assert_int_equal(dvar_subscript_parse("::0", it, 8, &n), DVAR_OK);
 	assert_true(it[0].has_step);
 	assert_int_equal(it[0].step, 0);
 
 	/* exactly cap items */
-	assert_int_equal(dvar_index_parse("1,2", it, 2, &n), DVAR_OK);
+	assert_int_equal(dvar_subscript_parse("1,2", it, 2, &n), DVAR_OK);
 	assert_int_equal(n, 2);
 }
 
 static void parse_fails(const char *text, int cap, const char *message)
 {
-	dvar_index it[4];
+	dvar_subscript it[4];
 	int n = 77;
 
-	assert_int_equal(dvar_index_parse(text, it, cap, &n), DVAR_EINVAL);
+	assert_int_equal(dvar_subscript_parse(text, it, cap, &n), DVAR_EINVAL);
 	if (strcmp(dvar_error_last()->message, message) != 0)
 		fail_msg("'%s': got \"%s\", want \"%s\"", text, dvar_error_last()->message, message);
 	assert_int_equal(n, 77);
 }
 
-static void test_sharding_index__parse_errors(void **state)
+static void test_sharding_subscript__parse_errors(void **state)
 {
-	dvar_index it[1];
+	dvar_subscript it[1];
 	int n;
 
 	(void)state;
@@ -233,10 +233,10 @@ static void test_sharding_index__parse_errors(void **state)
 	            "range");
 	parse_fails("1,2,3", 2, "index '1,2,3': more than 2 items");
 	parse_fails("1", 0, "index '1': more than 0 items");
-	assert_int_equal(dvar_index_parse(NULL, it, 1, &n), DVAR_EINVAL);
-	assert_int_equal(dvar_index_parse("1", NULL, 1, &n), DVAR_EINVAL);
-	assert_int_equal(dvar_index_parse("1", it, 1, NULL), DVAR_EINVAL);
-	assert_int_equal(dvar_index_parse("1", it, -1, &n), DVAR_EINVAL);
+	assert_int_equal(dvar_subscript_parse(NULL, it, 1, &n), DVAR_EINVAL);
+	assert_int_equal(dvar_subscript_parse("1", NULL, 1, &n), DVAR_EINVAL);
+	assert_int_equal(dvar_subscript_parse("1", it, 1, NULL), DVAR_EINVAL);
+	assert_int_equal(dvar_subscript_parse("1", it, -1, &n), DVAR_EINVAL);
 }
 
 /* ------------------------------------------------------------ decomposition */
@@ -256,18 +256,18 @@ typedef struct {
 static void check_decomposition(const int64_t *offsets, int64_t n, const char *text,
                                 const want_local *want)
 {
-	dvar_index spec = parse_one(text), local[8];
+	dvar_subscript spec = parse_one(text), local[8];
 	int present[8];
 
 	assert_int_equal(dvar_sharded_decompose_slice(offsets, n, &spec, local, present), DVAR_OK);
 	for (int64_t i = 0; i < n; i++) {
 		const want_local *w = &want[i];
-		const dvar_index *l = &local[i];
+		const dvar_subscript *l = &local[i];
 
 		if (present[i] != w->present)
 			fail_msg("[%s] shard %lld: present %d, want %d", text, (long long)i, present[i],
 			         w->present);
-		assert_int_equal(l->kind, DVAR_INDEX_SLICE);
+		assert_int_equal(l->kind, DVAR_SUBSCRIPT_SLICE);
 		if (!w->present) {
 			/* None: an empty slice, in case a caller ignores present */
 			assert_true(l->has_start && l->has_stop);
@@ -286,7 +286,7 @@ static void check_decomposition(const int64_t *offsets, int64_t n, const char *t
 }
 
 /* The docstring's shards v0=[0,1,2], v1=[3,4,5], v2=[6,7,8,9]. */
-static void test_sharding_index__docstring_decompositions(void **state)
+static void test_sharding_subscript__docstring_decompositions(void **state)
 {
 	static const int64_t off[] = { 0, 3, 6, 10 };
 	static const struct {
@@ -306,7 +306,7 @@ static void test_sharding_index__docstring_decompositions(void **state)
 
 	(void)state;
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-		dvar_index spec = parse_one(cases[i].text);
+		dvar_subscript spec = parse_one(cases[i].text);
 		int64_t got[MAX_ROWS];
 		int n;
 
@@ -363,13 +363,13 @@ static const struct {
 	{ "-10:2:3", 1, { 1 } },
 };
 
-static void test_sharding_index__test_slicing(void **state)
+static void test_sharding_subscript__test_slicing(void **state)
 {
 	static const int64_t off[] = { 0, 3, 6, 8 };
 
 	(void)state;
 	for (size_t i = 0; i < sizeof slicing / sizeof slicing[0]; i++) {
-		dvar_index spec = parse_one(slicing[i].text);
+		dvar_subscript spec = parse_one(slicing[i].text);
 		int64_t got[MAX_ROWS];
 		int n;
 
@@ -380,7 +380,7 @@ static void test_sharding_index__test_slicing(void **state)
 	}
 	/* NumPy differs on the quirk only */
 	{
-		dvar_index spec = parse_one("-10:2:3");
+		dvar_subscript spec = parse_one("-10:2:3");
 		int64_t got[MAX_ROWS];
 
 		assert_int_equal(py_slice(8, &spec, got), 1);
@@ -391,7 +391,7 @@ static void test_sharding_index__test_slicing(void **state)
 	 * sv[11::-3]: TF rows 5, 2; NumPy rows 7, 4, 1. */
 	{
 		static const int64_t tf[] = { 5, 2 }, np[] = { 7, 4, 1 };
-		dvar_index spec = parse_one("11::-3");
+		dvar_subscript spec = parse_one("11::-3");
 		int64_t got[MAX_ROWS];
 		int n;
 
@@ -407,13 +407,13 @@ static void test_sharding_index__test_slicing(void **state)
 /* The same slices over the docstring's 10 rows (3, 3, 4): the shards
  * together select what one 10-row shard would, and, the quirk aside,
  * what Python selects. */
-static void test_sharding_index__slicing_ten_rows(void **state)
+static void test_sharding_subscript__slicing_ten_rows(void **state)
 {
 	static const int64_t off[] = { 0, 3, 6, 10 };
 
 	(void)state;
 	for (size_t i = 0; i < sizeof slicing / sizeof slicing[0]; i++) {
-		dvar_index spec = parse_one(slicing[i].text);
+		dvar_subscript spec = parse_one(slicing[i].text);
 		int64_t a[MAX_ROWS], b[MAX_ROWS], c[MAX_ROWS];
 		int na = tf_getitem(off, 3, &spec, a);
 		int nb = slice_rows(10, &spec, b);
@@ -425,7 +425,7 @@ static void test_sharding_index__slicing_ten_rows(void **state)
 	}
 	{
 		/* 10 rows: -10 + 10 = 0, no quirk; -12:2:3 has it: TF row 1, NumPy 0 */
-		dvar_index spec = parse_one("-12:2:3");
+		dvar_subscript spec = parse_one("-12:2:3");
 		int64_t got[MAX_ROWS];
 
 		assert_int_equal(slice_rows(10, &spec, got), 1);
@@ -438,7 +438,7 @@ static void test_sharding_index__slicing_ten_rows(void **state)
 /* A start that is out of range on the side the slice starts from (below
  * -rows with step > 1, at or past rows with step < -1) is not clamped
  * by TF: the progression keeps its phase. */
-static int is_quirk(int64_t rows, const dvar_index *s)
+static int is_quirk(int64_t rows, const dvar_subscript *s)
 {
 	int64_t step = s->has_step ? s->step : 1, start;
 
@@ -450,7 +450,7 @@ static int is_quirk(int64_t rows, const dvar_index *s)
 
 /* The unclamped model: start, start + step, ... kept while inside the
  * rows and before stop (both normalized as TF does). */
-static int no_clamp(int64_t rows, const dvar_index *s, int64_t *out)
+static int no_clamp(int64_t rows, const dvar_subscript *s, int64_t *out)
 {
 	int64_t step = s->has_step ? s->step : 1, start, stop;
 	int n = 0;
@@ -471,7 +471,7 @@ static int no_clamp(int64_t rows, const dvar_index *s, int64_t *out)
  * dvar_sharded_slice_rows, which is always the unclamped progression and
  * is Python's slice except in the quirk.
  */
-static void test_sharding_index__brute_force(void **state)
+static void test_sharding_subscript__brute_force(void **state)
 {
 	int quirks = 0, cases = 0;
 
@@ -483,7 +483,7 @@ static void test_sharding_index__brute_force(void **state)
 		for (int64_t stop = hp ? -13 : 0; stop <= (hp ? 13 : 0); stop++)
 		for (int he = 0; he < 2; he++)
 		for (int64_t step = he ? -4 : 1; step <= (he ? 4 : 1); step++) {
-			dvar_index spec = { .kind = DVAR_INDEX_SLICE };
+			dvar_subscript spec = { .kind = DVAR_SUBSCRIPT_SLICE };
 			int64_t mine[MAX_ROWS], py[MAX_ROWS], other[MAX_ROWS];
 			int nm, np;
 
@@ -535,9 +535,9 @@ static void test_sharding_index__brute_force(void **state)
 
 /* ------------------------------------------------------------ big numbers */
 
-static void test_sharding_index__huge(void **state)
+static void test_sharding_subscript__huge(void **state)
 {
-	dvar_index spec;
+	dvar_subscript spec;
 	int64_t got[4], count;
 
 	(void)state;
@@ -594,10 +594,10 @@ static void test_sharding_index__huge(void **state)
 
 /* ------------------------------------------------------------ errors */
 
-static void test_sharding_index__errors(void **state)
+static void test_sharding_subscript__errors(void **state)
 {
 	const int64_t off[] = { 0, 3, 6, 8 }, from1[] = { 1, 3 }, down[] = { 0, 3, 2, 8 };
-	dvar_index spec = parse_one("::0"), local[3], item = parse_one("4");
+	dvar_subscript spec = parse_one("::0"), local[3], item = parse_one("4");
 	int present[3];
 	int64_t rows[4], count = 99;
 
@@ -632,17 +632,17 @@ static void test_sharding_index__errors(void **state)
 }
 
 /* 0 rows: one empty shard, every slice empty. */
-static void test_sharding_index__empty(void **state)
+static void test_sharding_subscript__empty(void **state)
 {
 	const int64_t off[] = { 0, 0 };
 	const char *texts[] = { ":", "::-1", "0:5", "-3::2", "5::-3" };
-	dvar_index local[1];
+	dvar_subscript local[1];
 	int present[1];
 	int64_t count;
 
 	(void)state;
 	for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
-		dvar_index spec = parse_one(texts[i]);
+		dvar_subscript spec = parse_one(texts[i]);
 
 		assert_int_equal(dvar_sharded_decompose_slice(off, 1, &spec, local, present), DVAR_OK);
 		assert_int_equal(present[0], 0);
@@ -654,15 +654,15 @@ static void test_sharding_index__empty(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_sharding_index__parse),
-		cmocka_unit_test(test_sharding_index__parse_errors),
-		cmocka_unit_test(test_sharding_index__docstring_decompositions),
-		cmocka_unit_test(test_sharding_index__test_slicing),
-		cmocka_unit_test(test_sharding_index__slicing_ten_rows),
-		cmocka_unit_test(test_sharding_index__brute_force),
-		cmocka_unit_test(test_sharding_index__huge),
-		cmocka_unit_test(test_sharding_index__errors),
-		cmocka_unit_test(test_sharding_index__empty),
+		cmocka_unit_test(test_sharding_subscript__parse),
+		cmocka_unit_test(test_sharding_subscript__parse_errors),
+		cmocka_unit_test(test_sharding_subscript__docstring_decompositions),
+		cmocka_unit_test(test_sharding_subscript__test_slicing),
+		cmocka_unit_test(test_sharding_subscript__slicing_ten_rows),
+		cmocka_unit_test(test_sharding_subscript__brute_force),
+		cmocka_unit_test(test_sharding_subscript__huge),
+		cmocka_unit_test(test_sharding_subscript__errors),
+		cmocka_unit_test(test_sharding_subscript__empty),
 	};
 	return cmocka_run_group_tests_name("sharding/index", tests, NULL, NULL);
 }

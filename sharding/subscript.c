@@ -1,5 +1,5 @@
 /*
- * sharding/index.c - index expressions: the NumPy-style text ("2:7:2, 0",
+ * sharding/subscript.c - subscripts: the NumPy-style text ("2:7:2, 0",
  * "...", "newaxis"), and ShardedVariable._decompose_slice_spec, which turns
  * a slice of axis 0 into one local slice per shard.
  *
@@ -99,7 +99,7 @@ static int parse_slice_part(parser *p, int64_t *value, int *has)
 }
 
 /* An int or a slice: [int] [':' [int] [':' [int]]]. */
-static int parse_int_or_slice(parser *p, dvar_index *item)
+static int parse_int_or_slice(parser *p, dvar_subscript *item)
 {
 	int64_t first = 0;
 	int has_first;
@@ -111,11 +111,11 @@ static int parse_int_or_slice(parser *p, dvar_index *item)
 	if (*p->s != ':') {
 		if (!has_first)
 			return unexpected(p);
-		item->kind = DVAR_INDEX_INT;
+		item->kind = DVAR_SUBSCRIPT_INT;
 		item->index = first;
 		return DVAR_OK;
 	}
-	item->kind = DVAR_INDEX_SLICE;
+	item->kind = DVAR_SUBSCRIPT_SLICE;
 	item->start = first;
 	item->has_start = has_first;
 	p->s++;
@@ -129,14 +129,14 @@ static int parse_int_or_slice(parser *p, dvar_index *item)
 	return parse_slice_part(p, &item->step, &item->has_step);
 }
 
-static int parse_item(parser *p, dvar_index *item)
+static int parse_item(parser *p, dvar_subscript *item)
 {
 	const char *word = p->s;
 	size_t len = 0;
 
 	memset(item, 0, sizeof *item);
 	if (strncmp(p->s, "...", 3) == 0) {
-		item->kind = DVAR_INDEX_ELLIPSIS;
+		item->kind = DVAR_SUBSCRIPT_ELLIPSIS;
 		p->s += 3;
 		return DVAR_OK;
 	}
@@ -145,7 +145,7 @@ static int parse_item(parser *p, dvar_index *item)
 	if (len > 0 && !(word[0] >= '0' && word[0] <= '9')) {
 		if ((len == 7 && strncmp(word, "newaxis", 7) == 0) ||
 		    (len == 4 && strncmp(word, "None", 4) == 0)) {
-			item->kind = DVAR_INDEX_NEWAXIS;
+			item->kind = DVAR_SUBSCRIPT_NEWAXIS;
 			p->s += len;
 			return DVAR_OK;
 		}
@@ -158,7 +158,7 @@ static int parse_item(parser *p, dvar_index *item)
 	return parse_int_or_slice(p, item);
 }
 
-int dvar_index_parse(const char *text, dvar_index *items, int cap, int *n)
+int dvar_subscript_parse(const char *text, dvar_subscript *items, int cap, int *n)
 {
 	parser p;
 	int count = 0;
@@ -174,7 +174,7 @@ int dvar_index_parse(const char *text, dvar_index *items, int cap, int *n)
 	if (!*p.s)
 		return dvar_error_set(DVAR_EINVAL, "index '%.*s' is empty", TEXT_MAX, text);
 	for (;;) {
-		dvar_index item;
+		dvar_subscript item;
 		const char *start;
 		int rc;
 
@@ -190,7 +190,7 @@ int dvar_index_parse(const char *text, dvar_index *items, int cap, int *n)
 		rc = parse_item(&p, &item);
 		if (rc != DVAR_OK)
 			return rc;
-		if (item.kind == DVAR_INDEX_ELLIPSIS) {
+		if (item.kind == DVAR_SUBSCRIPT_ELLIPSIS) {
 			if (ellipsis)
 				return dvar_error_set(DVAR_EINVAL,
 				                      "index '%.*s': a second '...' at position %d "
@@ -242,11 +242,11 @@ static int check_offsets(const int64_t *offsets, int64_t n)
 	return DVAR_OK;
 }
 
-static int check_slice(const dvar_index *spec)
+static int check_slice(const dvar_subscript *spec)
 {
 	if (!spec)
 		return dvar_error_set(DVAR_EINVAL, "slice spec is NULL");
-	if (spec->kind != DVAR_INDEX_SLICE)
+	if (spec->kind != DVAR_SUBSCRIPT_SLICE)
 		return dvar_error_set(DVAR_EINVAL, "index item of kind %d is not a slice", spec->kind);
 	if (spec->has_step && spec->step == 0)
 		return dvar_error_set(DVAR_EINVAL, "slice step cannot be zero");
@@ -255,20 +255,20 @@ static int check_slice(const dvar_index *spec)
 
 /* A shard TF gives None: present 0, and an empty slice so that a caller
  * who forgets present still selects nothing. */
-static void set_none(dvar_index *local, int *present, int64_t step)
+static void set_none(dvar_subscript *local, int *present, int64_t step)
 {
 	memset(local, 0, sizeof *local);
-	local->kind = DVAR_INDEX_SLICE;
+	local->kind = DVAR_SUBSCRIPT_SLICE;
 	local->has_start = local->has_stop = local->has_step = 1;
 	local->step = step;
 	*present = 0;
 }
 
-static void set_local(dvar_index *local, int *present, int64_t start, int64_t stop, int has_stop,
+static void set_local(dvar_subscript *local, int *present, int64_t start, int64_t stop, int has_stop,
                       int64_t step)
 {
 	memset(local, 0, sizeof *local);
-	local->kind = DVAR_INDEX_SLICE;
+	local->kind = DVAR_SUBSCRIPT_SLICE;
 	local->start = start;
 	local->has_start = 1;
 	local->stop = has_stop ? stop : 0;
@@ -278,8 +278,8 @@ static void set_local(dvar_index *local, int *present, int64_t start, int64_t st
 	*present = 1;
 }
 
-int dvar_sharded_decompose_slice(const int64_t *offsets, int64_t n, const dvar_index *spec,
-                                 dvar_index *local, int *present)
+int dvar_sharded_decompose_slice(const int64_t *offsets, int64_t n, const dvar_subscript *spec,
+                                 dvar_subscript *local, int *present)
 {
 	int64_t rows, step;
 	i128 start, stop, cur;
@@ -334,14 +334,14 @@ int dvar_sharded_decompose_slice(const int64_t *offsets, int64_t n, const dvar_i
 	return DVAR_OK;
 }
 
-int dvar_sharded_slice_rows(int64_t rows, const dvar_index *spec, int64_t *rows_out, int64_t cap,
+int dvar_sharded_slice_rows(int64_t rows, const dvar_subscript *spec, int64_t *rows_out, int64_t cap,
                             int64_t *count)
 {
 	/* One shard holding every row: its local slice is the whole answer,
 	 * since the selection does not depend on where shards begin (cur
 	 * always lands on the same progression). */
 	int64_t offsets[2] = { 0, rows };
-	dvar_index local;
+	dvar_subscript local;
 	int present, rc;
 	i128 total, first, step;
 

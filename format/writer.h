@@ -1,0 +1,64 @@
+/*
+ * format/writer.h - private to writer.c and parts.c: the writer of a dvar
+ * checkpoint. writer.c opens it and writes its slices into its part's data
+ * file; parts.c ends the part (its entries) and, in the chief, gathers every
+ * part's entries into the index and commits.
+ */
+#ifndef DVAR_FORMAT_WRITER_H
+#define DVAR_FORMAT_WRITER_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "format/format.h"
+
+DVAR_BEGIN_DECL
+
+struct dvar_writer {
+	char *final_dir;
+	char *tmp_dir;
+	char *data_path;
+	char *data_shown; /* what data_path will be once committed: for messages */
+	char *root; /* dvar_writer_open_step only */
+	char *step_name;
+	uint32_t part, nparts;
+	char token[DVAR_MAX_TOKEN + 1];
+	int shared;    /* a part writer: the staging directory is not ours to remove */
+	dvar_write_options opts;
+	dvar_pool *pool;
+	int fd;        /* buffered */
+	int fd_direct; /* O_DIRECT, or -1 */
+	atomic_int direct_ok;
+	atomic_uint_least64_t next_offset;
+	atomic_uint_least64_t bytes_done;
+	pthread_t owner;
+	double last_progress;
+	int broken; /* an I/O error: only dvar_writer_free is left */
+	int finished; /* the data file is complete: no more adds */
+	int committed;
+
+	dvar_var_entry *vars;
+	size_t num_vars, cap_vars;
+	uint32_t *table; /* open addressing: var index + 1, 0 = empty */
+	size_t table_cap;
+
+	dvar_stash *buffers; /* chunk buffers of buffer_size bytes, aligned */
+	size_t buffer_size;
+
+	/* A slice being streamed (dvar_writer_begin_slice): its entry is
+	 * vars[stream_var].slices[num_slices], reserved but not counted yet. */
+	dvar_stream stream;
+	size_t stream_var;
+	size_t stream_flushed;  /* chunks written so far */
+	size_t stage_fill;      /* whole chunks waiting in stage[0..stage_fill) */
+	uint64_t stage_pos;     /* bytes in stage[stage_fill] */
+	unsigned char **stage;  /* stage_cap staging buffers of chunk_size bytes, aligned */
+	size_t stage_cap;
+};
+
+/* DVAR_EINVAL unless slices may be added: not finished, broken or streaming. */
+int dvar_writer_check_usable(const dvar_writer *w);
+
+DVAR_END_DECL
+
+#endif

@@ -1,0 +1,126 @@
+/*
+ * store/save.h - private to store/: the save job that save.c runs (the
+ * protocol: agreement rounds, the part's write, the commit) and stage.c
+ * stages (the copies into the staging arena, the aggregates, the replica
+ * check). Not installed.
+ */
+#ifndef DVAR_STORE_SAVE_H
+#define DVAR_STORE_SAVE_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "format/format.h"
+#include "runtime/input_state.h"
+#include "store/store.h"
+
+enum { KIND_MIRRORED, KIND_SYNC_ON_READ, KIND_PLAIN, KIND_SHARDED, KIND_ITERATOR };
+
+/* The save's token is its chief's temporary-name tag (<host>-<pid>-<random>,
+ * format.h): when the chief dies, the next writer into the root removes the
+ * staging directory. */
+#define TOKEN_BYTES DVAR_TMP_TAG_MAX
+
+/* One thing to save: a distributed variable, a plain tensor, or one shard
+ * of a sharded variable (the shards of one variable share its name). */
+typedef struct {
+	char *name; /* owned copy: an asynchronous save outlives the caller's strings */
+	int dtype;
+	dvar_shape shape;
+	size_t nbytes;
+	int kind;
+	int sync, agg;
+	dvar_variable *v;     /* a distributed variable's; not used after begin() */
+	const void *src;      /* a plain tensor's or this worker's shard's elements, or
+	                         NULL; not used after begin() */
+	int64_t shard, nshards; /* KIND_SHARDED: which shard of how many */
+	dvar_slice slice;       /* KIND_SHARDED: its rows in the full shape */
+	int writer;           /* the worker that writes it */
+	int checked;          /* its replicas are compared */
+	size_t chunk0;        /* its first checksum in the job's arrays */
+	int mismatch;         /* its replicas differ and it is saved anyway */
+	const void *data;     /* what the writer adds, once staged */
+	unsigned char *owned; /* a staged copy or aggregate in the job's arena, or NULL */
+	dvar_input_iterator *iter; /* KIND_ITERATOR: its table, gathered from every worker */
+	int64_t *table;
+} item;
+
+/* Keep a message across later calls that overwrite the error record. */
+typedef struct {
+	int code;
+	char message[DVAR_ERROR_MESSAGE_MAX];
+} saved_error;
+
+typedef struct {
+	dvar_strategy *s;
+	char *root;
+	int64_t step;
+	int W, R, worker;
+	unsigned int flags;
+	int async;
+	size_t n;
+	item *items;
+	char token[TOKEN_BYTES + 1];
+	dvar_write_options wopts;
+	dvar_writer *w;
+
+	/* Staging: page-aligned, kept between saves (store_state). */
+	unsigned char *arena;
+	size_t arena_cap;
+
+	/* The replica check: R × nchunks checksums, replica-major. */
+	size_t nchunks;
+	uint32_t *sums;
+	int phase;               /* what a staging run does (PHASE_*) */
+	int late_verdict;        /* asynchronous: judged by finish(), see stage.c */
+	saved_error stage_error; /* a local failure the staging run reports */
+
+	/* The part's write, inline or in the background. */
+	pthread_t thread;
+	int threaded;
+	atomic_int written;
+	saved_error local;
+	void *blob;
+	size_t blob_len;
+} save_job;
+
+/*
+ * What a staging run does. PHASE_VALUES, before anything is written: the
+ * aggregates and, for an asynchronous save, the copies and the checksums
+ * (fused: the state changes once the call returns). PHASE_CHECK, for a
+ * synchronous save, while its part is being written: the checksums alone,
+ * which then cost CPU time the disk would leave idle.
+ */
+enum { PHASE_VALUES, PHASE_CHECK };
+
+/*
+ * After the plan: number the checksum chunks of the values whose replicas
+ * are compared (the same numbering on every worker) and carve this worker's
+ * staging buffers out of j->arena (the last save's, reused when it is large
+ * enough). Local: its failure goes into the next staging run.
+ */
+int dvar_store_stage_alloc(save_job *j);
+
+/* A staging run in phase, collective, when the agreed list gives it
+ * anything to do (the same decision on every worker). A local failure
+ * recorded in j->stage_error travels into the run, which then fails
+ * everywhere. */
+int dvar_store_stage(save_job *j, int phase);
+
+/* After the PHASE_VALUES run: where the writer reads each of its items from. */
+void dvar_store_point_at_data(save_job *j);
+
+/* The checksums an asynchronous save takes of its own share from the staged
+ * copies, in the background (no MPI: called while the part is written). */
+void dvar_store_checksum_deferred(save_job *j);
+
+/* The replica verdict, collective, the same on every worker; rc is this
+ * worker's status so far. */
+int dvar_store_agree_on_replicas(save_job *j, int rc);
+
+/* Give back a staging arena (NULL is fine). */
+void dvar_store_arena_free(dvar_strategy *s, unsigned char *p);
+
+#endif
