@@ -1,11 +1,12 @@
 /*
  * cli/cmd_diff.c - `dvar diff`: compare two checkpoints. Variables only in
  * one, dtype or shape mismatches, then the values of the rest, read in
- * bounded pieces from both sides at once. Elements are equal when their
- * bytes are, or both are NaN; --atol X accepts |a - b| <= X instead.
- * TensorFlow string tensors are read whole and compared element by element,
- * byte for byte. With --short-names variables are matched (and shown) by
- * their TF2 short names.
+ * bounded pieces from both sides at once, and their attributes. Elements
+ * are equal as numpy's array_equal(equal_nan=True) has them (-0.0 == 0.0,
+ * NaN == NaN); --bitwise wants their bytes equal, --atol/--rtol accept
+ * |a - b| <= atol + rtol * |b|. TensorFlow string tensors are read whole and
+ * compared element by element, byte for byte. With --short-names variables
+ * are matched (and shown) by their TF2 short names.
  */
 #include <math.h>
 #include <stdint.h>
@@ -19,6 +20,11 @@ static const char *path_a;
 static const char *path_b;
 static int json;
 static double atol_given = -1;
+static double rtol_given = -1;
+static int bitwise;
+static int attrs = 1;
+static int skip_tf;
+static cli_args excludes;
 static int short_names;
 static int progress = -1;
 
@@ -28,7 +34,23 @@ static const cli_opt opts[] = {
 	  "TensorFlow checkpoint (its prefix, or a directory naming it)" },
 	{ CLI_OPT_ARG, "B", NULL, &path_b, 0, CLI_OPT_REQUIRED, "the checkpoint to compare A with" },
 	{ CLI_OPT_REAL, "atol", "X", &atol_given, 0, 0,
-	  "elements equal when |a - b| <= X (default: bitwise equal)" },
+	  "elements equal when |a - b| <= X + rtol * |b| (default 0)" },
+	{ CLI_OPT_REAL, "rtol", "X", &rtol_given, 0, 0,
+	  "elements equal when |a - b| <= atol + X * |b| (default 0)" },
+	{ CLI_OPT_SWITCH, "bitwise", NULL, &bitwise, 1, 0,
+	  "elements equal only when their bytes are: -0.0 differs from 0.0,\n"
+	  "and a NaN from a NaN with other bits" },
+	{ CLI_OPT_LIST, "exclude", "PREFIX", &excludes, 0, 0,
+	  "leave out the variables whose name begins with PREFIX, on both\n"
+	  "sides (repeatable)" },
+	{ CLI_OPT_SWITCH, "skip-tf-bookkeeping", NULL, &skip_tf, 1, 0,
+	  "leave out what TensorFlow keeps beside the variables, on both\n"
+	  "sides: _CHECKPOINTABLE_OBJECT_GRAPH, save_counter/..., and every\n"
+	  "string tensor; to check a TF checkpoint against its conversion" },
+	{ CLI_OPT_SWITCH, "attrs", NULL, &attrs, 1, 0,
+	  "compare the variables' attributes too (the default)" },
+	{ CLI_OPT_SWITCH, "no-attrs", NULL, &attrs, 0, 0,
+	  "compare dtypes, shapes and values only" },
 	{ CLI_OPT_SWITCH, "json", NULL, &json, 1, 0, "print one JSON document on stdout" },
 	{ CLI_OPT_SWITCH, "short-names", NULL, &short_names, 1, 0,
 	  "match and show variables by their TF2 short names (see 'dvar help\n"
@@ -40,14 +62,28 @@ static const cli_opt opts[] = {
 
 static const cli_usage usage = {
 	opts,
-	"NaN equals NaN. Values are compared as doubles: integers above 2^53 may\n"
-	"round, but the default bitwise test still tells them apart. String\n"
-	"tensors (TensorFlow's) compare element by element, byte for byte (--atol\n"
-	"does not apply); their JSON entries have no max_abs_diff.\n"
+	"Elements compare as numpy.array_equal(a, b, equal_nan=True): -0.0 equals\n"
+	"0.0 and any NaN equals any NaN; integers compare exactly. --bitwise wants\n"
+	"equal bytes instead, and cannot go with --atol/--rtol, which compare\n"
+	"as doubles (integers above 2^53 may round) as numpy.isclose does,\n"
+	"with B the reference, and still let NaN equal NaN. String tensors\n"
+	"(TensorFlow's) compare element by element, byte for byte (the tolerances\n"
+	"do not apply); their JSON entries have no max_abs_diff. A variable whose\n"
+	"values differ shows its first differing element: its index and both\n"
+	"values, as 'dvar cat' prints them.\n"
+	"Attributes (see 'dvar inspect') are compared unless --no-attrs: a line\n"
+	"\"attribute differs: NAME: KEY: A vs B\" per key, \"(none)\" for a key one\n"
+	"side lacks; they count as differences. A TensorFlow checkpoint has no\n"
+	"attributes, and a resharded variable has other layout attributes\n"
+	"(kind, shards, layout): compare those with --no-attrs. The summary\n"
+	"line counts variables with other attributes only when there are some.\n"
 	"--json prints {\"schema_version\":1,\"a\",\"b\",\"atol\",\"only_in_a\":[...],\n"
 	"\"only_in_b\":[...],\"variables\":[{\"name\",\"status\" (\"equal\", \"values_differ\",\n"
 	"\"dtype_differs\" or \"shape_differs\"),\"dtype_a\",\"dtype_b\",\"shape_a\",\"shape_b\",\n"
-	"\"num_elements\",\"num_different\",\"max_abs_diff\"}],\"identical\"}; max_abs_diff is\n"
+	"\"num_elements\",\"num_different\",\"max_abs_diff\",\"first_difference\":{\"index\",\"a\",\"b\"}\n"
+	"(values as text, when values differ),\"attributes_differ\":[{\"key\",\"a\",\"b\"}]\n"
+	"(null for a missing key; only when some differ)}],\"rtol\",\"bitwise\",\n"
+	"\"excluded\" (how many variables were left out),\"identical\"}; max_abs_diff is\n"
 	"null when infinite. After a failed read the document ends with \"ok\":false,\n"
 	"\"error\" (below).",
 	"the checkpoints differ"
@@ -65,9 +101,48 @@ typedef struct {
 	double *da, *db;
 } buffers;
 
-/* Count the elements of one piece that differ and track the largest |a - b|. */
-static void compare_piece(int dtype, const buffers *buf, uint64_t n, uint64_t *ndiff,
-                          double *max_abs)
+/* Where a variable's values first differ: a flat index and both elements
+ * (a string tensor's malloc'ed, the others' bytes in a and b). */
+typedef struct {
+	int found;
+	uint64_t at;
+	unsigned char a[16], b[16];
+	char *sa, *sb;
+	uint64_t la, lb;
+} first_diff;
+
+/* What comparing a variable's values found. */
+typedef struct {
+	uint64_t ndiff;
+	double max_abs;
+	first_diff first;
+} value_diff;
+
+static int is_float(int dtype)
+{
+	return dtype == DVAR_FLOAT32 || dtype == DVAR_FLOAT64 || dtype == DVAR_FLOAT16 ||
+	       dtype == DVAR_BFLOAT16;
+}
+
+/* Elements x of A and y of B that differ in their bytes: equal or not. */
+static int elements_equal(int dtype, double x, double y)
+{
+	if (bitwise)
+		return 0;
+	if (isnan(x) && isnan(y))
+		return 1;
+	if (atol_given >= 0 || rtol_given >= 0) {
+		double atol = atol_given < 0 ? 0 : atol_given, rtol = rtol_given < 0 ? 0 : rtol_given;
+		/* A NaN against a number is a difference whatever the tolerance. */
+		return fabs(x - y) <= atol + rtol * fabs(y);
+	}
+	/* Bytes tell integers apart exactly; doubles would round above 2^53. */
+	return is_float(dtype) && x == y;
+}
+
+/* Compare one piece of n elements, the base-th on of the variable. */
+static void compare_piece(int dtype, const buffers *buf, uint64_t n, uint64_t base,
+                          value_diff *vd)
 {
 	size_t esize = dvar_dtype_size(dtype);
 	const unsigned char *a = buf->a, *b = buf->b;
@@ -79,25 +154,28 @@ static void compare_piece(int dtype, const buffers *buf, uint64_t n, uint64_t *n
 	for (uint64_t k = 0; k < n; k++) {
 		if (memcmp(a + k * esize, b + k * esize, esize) == 0)
 			continue;
-		double x = buf->da[k], y = buf->db[k];
-		if (isnan(x) && isnan(y))
+		double x = buf->da[k], y = buf->db[k], d = fabs(x - y);
+		if (!isnan(d) && d > vd->max_abs)
+			vd->max_abs = d;
+		if (elements_equal(dtype, x, y))
 			continue;
-		double d = fabs(x - y);
-		if (!isnan(d) && d > *max_abs)
-			*max_abs = d;
-		/* A NaN against a number is a difference whatever the tolerance. */
-		if (atol_given < 0 || !(d <= atol_given))
-			(*ndiff)++;
+		if (!vd->first.found) {
+			vd->first.found = 1;
+			vd->first.at = base + k;
+			memcpy(vd->first.a, a + k * esize, esize);
+			memcpy(vd->first.b, b + k * esize, esize);
+		}
+		vd->ndiff++;
 	}
 }
 
 /* Compare variable ia of A with ib of B, which agree on dtype and shape. */
 static int compare_values(dvar_reader *ra, size_t ia, dvar_reader *rb, size_t ib,
                           const dvar_var_info *v, cli_progress *pr, uint64_t *done,
-                          uint64_t total, uint64_t *ndiff, double *max_abs)
+                          uint64_t total, value_diff *vd)
 {
 	size_t esize = dvar_dtype_size(v->dtype);
-	uint64_t budget = cli_walk_budget(2 * esize + 2 * sizeof(double)), n, all;
+	uint64_t budget = cli_walk_budget(2 * esize + 2 * sizeof(double)), n, all, base = 0;
 	dvar_slice full, piece;
 	buffers buf;
 	dvar_slice_walk w;
@@ -114,6 +192,7 @@ static int compare_values(dvar_reader *ra, size_t ia, dvar_reader *rb, size_t ib
 		rc = cli_error("diff", "out of memory");
 		goto done;
 	}
+	/* The pieces come in row-major order: base is the first one's flat index. */
 	dvar_slice_walk_init(&w, &full, budget);
 	while (dvar_slice_walk_next(&w, &piece, &n)) {
 		if (dvar_reader_read(ra, ia, &piece, buf.a, n * esize) != DVAR_OK ||
@@ -121,7 +200,8 @@ static int compare_values(dvar_reader *ra, size_t ia, dvar_reader *rb, size_t ib
 			rc = cli_error_dvar("diff");
 			break;
 		}
-		compare_piece(v->dtype, &buf, n, ndiff, max_abs);
+		compare_piece(v->dtype, &buf, n, base, vd);
+		base += n;
 		*done += 2 * n * esize;
 		cli_progress_update(pr, *done, total);
 	}
@@ -135,7 +215,7 @@ done:
 
 /* Compare string tensors ia of A and ib of B (same shape), element by element. */
 static int compare_strings(dvar_reader *ra, size_t ia, dvar_reader *rb, size_t ib,
-                           const dvar_var_info *v, uint64_t *ndiff)
+                           const dvar_var_info *v, value_diff *vd)
 {
 	uint64_t n, ta, tb, *la = NULL, *lb = NULL;
 	char *ba = NULL, *bb = NULL;
@@ -144,8 +224,22 @@ static int compare_strings(dvar_reader *ra, size_t ia, dvar_reader *rb, size_t i
 	dvar_shape_num_elements(&v->shape, &n);
 	if ((rc = cli_read_strings("diff", ra, ia, n, &la, &ba, &ta)) == CLI_EXIT_OK &&
 	    (rc = cli_read_strings("diff", rb, ib, n, &lb, &bb, &tb)) == CLI_EXIT_OK) {
-		for (uint64_t k = 0, oa = 0, ob = 0; k < n; oa += la[k], ob += lb[k], k++)
-			*ndiff += la[k] != lb[k] || memcmp(ba + oa, bb + ob, (size_t)la[k]) != 0;
+		for (uint64_t k = 0, oa = 0, ob = 0; k < n; oa += la[k], ob += lb[k], k++) {
+			if (la[k] == lb[k] && memcmp(ba + oa, bb + ob, (size_t)la[k]) == 0)
+				continue;
+			if (!vd->first.found) {
+				vd->first = (first_diff){ .found = 1, .at = k, .la = la[k], .lb = lb[k] };
+				vd->first.sa = malloc(la[k] + 1);
+				vd->first.sb = malloc(lb[k] + 1);
+				if (!vd->first.sa || !vd->first.sb) {
+					rc = cli_error("diff", "out of memory");
+					break;
+				}
+				memcpy(vd->first.sa, ba + oa, (size_t)la[k]);
+				memcpy(vd->first.sb, bb + ob, (size_t)lb[k]);
+			}
+			vd->ndiff++;
+		}
 	}
 	free(la);
 	free(lb);

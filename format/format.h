@@ -315,7 +315,14 @@ int dvar_pointer_write(const char *root, const dvar_checkpoint_state *p);
 int dvar_checkpoint_state_parse(dvar_checkpoint_state *out, const char *text, size_t len,
                                 const char *what);
 
-/* Resolve a checkpoint directory or a root (its latest) to a malloc'ed directory path. */
+/* Sort checkpoint names by the step after their last '-', then by name. */
+void dvar_names_sort(char **names, size_t n);
+
+/* "a", "a and b", "a, b and c" into buf (the first 8 names, then "and N more"). */
+void dvar_names_join(char *buf, size_t cap, char *const *names, size_t n);
+
+/* Resolve a checkpoint directory or a root (its latest) to a malloc'ed directory path;
+ * a root whose latest is missing is DVAR_ENOTFOUND naming the checkpoints it holds. */
 int dvar_resolve_checkpoint(const char *path, char **out);
 
 /* After committing root/name: make it latest, keep the last keep_last (0 = all). */

@@ -64,6 +64,82 @@ int dvar_pointer_write(const char *root, const dvar_checkpoint_state *p)
 	return rc;
 }
 
+struct dvar_root_list {
+	dvar_root_entry *entries;
+	size_t count;
+	dvar_root_leftover *leftovers;  /* name, target and host owned */
+	size_t num_leftovers;
+};
+
+static int64_t step_of(const char *name)
+{
+	const char *dash = strrchr(name, '-');
+	if (!dash || !dash[1])
+		return -1;
+	char *end;
+	errno = 0;
+	long long v = strtoll(dash + 1, &end, 10);
+	return *end || errno || v < 0 ? -1 : (int64_t)v;
+}
+
+static int name_cmp(const void *a, const void *b)
+{
+	const char *x = *(char *const *)a, *y = *(char *const *)b;
+	int64_t sx = step_of(x), sy = step_of(y);
+	if (sx != sy)
+		return sx < sy ? -1 : 1;
+	return strcmp(x, y);
+}
+
+void dvar_names_sort(char **names, size_t n)
+{
+	if (n)
+		qsort(names, n, sizeof(char *), name_cmp);
+}
+
+void dvar_names_join(char *buf, size_t cap, char *const *names, size_t n)
+{
+	enum { SHOWN = 8 };
+	size_t shown = n > SHOWN ? SHOWN : n, at = 0;
+	buf[0] = '\0';
+	for (size_t k = 0; k < shown && at < cap; k++) {
+		const char *sep = k == 0 ? "" : k + 1 < shown || n > shown ? ", " : " and ";
+		int w = snprintf(buf + at, cap - at, "%s%s", sep, names[k]);
+		at += w > 0 ? (size_t)w : 0;
+	}
+	if (n > shown && at < cap)
+		snprintf(buf + at, cap - at, " and %zu more", n - shown);
+}
+
+/* The error for a root whose pointer names a checkpoint that is not there:
+ * the checkpoints it does hold, so that the user can pick one. */
+static int latest_missing(const char *root, const char *latest)
+{
+	dvar_root_list *l = NULL;
+	char **names = NULL;
+	size_t n = 0;
+	if (dvar_root_list_open(&l, root) == DVAR_OK && (n = dvar_root_list_count(l)) &&
+	    !(names = malloc(n * sizeof(char *))))
+		n = 0;
+	for (size_t k = 0; k < n; k++)
+		names[k] = (char *)l->entries[k].name;
+	char list[DVAR_ERROR_MESSAGE_MAX / 2];
+	int rc;
+	if (n) {
+		dvar_names_join(list, sizeof(list), names, n);
+		rc = dvar_error_set(DVAR_ENOTFOUND, "root '%s': its latest checkpoint '%s' (named by its "
+		                    "%s file) does not exist; it holds %s: give one, e.g. '%s/%s'", root,
+		                    latest, DVAR_POINTER_NAME, list, root, names[n - 1]);
+	} else {
+		rc = dvar_error_set(DVAR_ENOTFOUND, "root '%s': its latest checkpoint '%s' (named by its "
+		                    "%s file) does not exist, and it holds no other checkpoint", root,
+		                    latest, DVAR_POINTER_NAME);
+	}
+	free(names);
+	dvar_root_list_free(l);
+	return rc;
+}
+
 int dvar_resolve_checkpoint(const char *path, char **out)
 {
 	*out = NULL;
@@ -86,8 +162,7 @@ int dvar_resolve_checkpoint(const char *path, char **out)
 		if (!(*out = dvar_path_join(path, p.latest)))
 			rc = dvar_error_set(DVAR_ENOMEM, "out of memory");
 		else if (!dvar_fs_is_dir(*out))
-			rc = dvar_error_set(DVAR_ENOTFOUND, "root '%s': its latest checkpoint '%s' does not exist",
-			                    path, p.latest);
+			rc = latest_missing(path, p.latest);
 		dvar_checkpoint_state_clear(&p);
 	} else {
 		rc = dvar_error_set(DVAR_ENOTFOUND, "'%s' is neither a checkpoint (no %s) nor a checkpoint "
@@ -161,23 +236,6 @@ int dvar_root_publish(const char *root, const char *name, int keep_last)
 
 /* ---------------------------------------------------------------- listing */
 
-struct dvar_root_list {
-	dvar_root_entry *entries;
-	size_t count;
-	dvar_root_leftover *leftovers;  /* name, target and host owned */
-	size_t num_leftovers;
-};
-
-static int64_t step_of(const char *name)
-{
-	const char *dash = strrchr(name, '-');
-	if (!dash || !dash[1])
-		return -1;
-	char *end;
-	errno = 0;
-	long long v = strtoll(dash + 1, &end, 10);
-	return *end || errno || v < 0 ? -1 : (int64_t)v;
-}
 
 static int entry_cmp(const void *a, const void *b)
 {

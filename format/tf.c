@@ -10,6 +10,7 @@
  * bundle's header and shape before it becomes a dvar slice, and every
  * failure is a status with a message saying what and where.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -118,6 +119,92 @@ static int has_index(const char *prefix)
 	return yes;
 }
 
+/* The TF prefixes in dir (each NAME of a regular file NAME.index), sorted by step. */
+static int list_prefixes(const char *dir, char ***out, size_t *n)
+{
+	char **v = NULL;
+	size_t cap = 0;
+	int rc = DVAR_OK;
+	struct dirent *e;
+	*out = NULL;
+	*n = 0;
+	DIR *d = opendir(dir);
+	if (!d)
+		return DVAR_OK;   /* unreadable: nothing to offer */
+	while (rc == DVAR_OK && (e = readdir(d))) {
+		size_t len = strlen(e->d_name);
+		if (e->d_name[0] == '.' || len <= 6 || strcmp(e->d_name + len - 6, ".index") != 0)
+			continue;
+		char *name = strndup(e->d_name, len - 6), *full = dvar_path_join(dir, e->d_name);
+		char **grown = name && full ? dvar_tf_grow(v, *n, &cap, sizeof(char *), 8) : NULL;
+		if (!grown) {
+			free(name);
+			rc = dvar_error_set(DVAR_ENOMEM, "out of memory");
+		} else if (!is_file(full)) {
+			v = grown;
+			free(name);
+		} else {
+			v = grown;
+			v[(*n)++] = name;
+		}
+		free(full);
+	}
+	closedir(d);
+	if (rc != DVAR_OK) {
+		for (size_t k = 0; k < *n; k++)
+			free(v[k]);
+		free(v);
+		*n = 0;
+		return rc;
+	}
+	dvar_names_sort(v, *n);
+	*out = v;
+	return DVAR_OK;
+}
+
+static void free_names(char **v, size_t n)
+{
+	for (size_t k = 0; k < n; k++)
+		free(v[k]);
+	free(v);
+}
+
+/*
+ * A directory without a state file: a SavedModel (DIR/variables/variables),
+ * or a directory of one prefix (a SavedModel's variables/); several
+ * prefixes are ambiguous, so the error names them.
+ */
+static int locate_in_dir(const char *dir, char **prefix)
+{
+	char *saved = dvar_path_join(dir, "variables/variables");
+	char **names = NULL;
+	size_t n = 0;
+	int rc;
+	if (!saved)
+		return dvar_error_set(DVAR_ENOMEM, "out of memory");
+	if ((rc = has_index(saved)) != 0) {
+		if (rc > 0)
+			*prefix = saved;
+		else
+			free(saved);
+		return rc;
+	}
+	free(saved);
+	if ((rc = list_prefixes(dir, &names, &n)) != DVAR_OK)
+		return rc;
+	if (n == 1) {
+		rc = (*prefix = dvar_path_join(dir, names[0])) ? 1
+		     : dvar_error_set(DVAR_ENOMEM, "out of memory");
+	} else if (n > 1) {
+		char list[DVAR_ERROR_MESSAGE_MAX / 2];
+		dvar_names_join(list, sizeof(list), names, n);
+		rc = dvar_error_set(DVAR_EINVAL, "'%s' holds %s: give one, e.g. '%s/%s'", dir, list, dir,
+		                    names[n - 1]);
+	}
+	free_names(names, n);
+	return rc;
+}
+
 int dvar_tf_locate(const char *path, char **prefix)
 {
 	int rc;
@@ -131,21 +218,35 @@ int dvar_tf_locate(const char *path, char **prefix)
 			return dvar_error_set(DVAR_ENOMEM, "out of memory");
 		return 1;
 	}
+	/* The index file itself, "model.ckpt-100.index": its prefix. */
+	size_t plen = strlen(path);
+	if (plen > 6 && strcmp(path + plen - 6, ".index") == 0 && is_file(path)) {
+		if (!(*prefix = strndup(path, plen - 6)))
+			return dvar_error_set(DVAR_ENOMEM, "out of memory");
+		return 1;
+	}
 	struct stat st;
 	if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
 		return 0;
 	char *dindex = dvar_path_join(path, DVAR_INDEX_NAME);
 	char *state = dvar_path_join(path, DVAR_POINTER_NAME);
 	char *latest = NULL, *cand = NULL, *alt = NULL;
+	char **names = NULL;
+	size_t num_names = 0;
 	dvar_checkpoint_state cs;
+	dvar_root_list *dl = NULL;
 	rc = 0;
 	if (!dindex || !state) {
 		rc = dvar_error_set(DVAR_ENOMEM, "out of memory");
 		goto done;
 	}
-	/* A dvar checkpoint directory, or no state file: not ours to read. */
-	if (dvar_fs_exists(dindex) || !is_file(state))
+	/* A dvar checkpoint directory: not ours to read. */
+	if (dvar_fs_exists(dindex))
 		goto done;
+	if (!is_file(state)) {
+		rc = locate_in_dir(path, prefix);
+		goto done;
+	}
 	if (dvar_checkpoint_state_read(&cs, path)) {
 		dvar_error_clear();
 		goto done;   /* the dvar reader reports what is wrong with it */
@@ -182,10 +283,22 @@ int dvar_tf_locate(const char *path, char **prefix)
 			goto done;
 		}
 	}
+	/* A dvar root whose pointer is broken: the dvar reader says so in its terms. */
+	if (dvar_root_list_open(&dl, path) == DVAR_OK && dvar_root_list_count(dl) > 0)
+		goto done;
+	dvar_error_clear();
+	if ((rc = list_prefixes(path, &names, &num_names)) != DVAR_OK)
+		goto done;
+	char list[DVAR_ERROR_MESSAGE_MAX / 2] = "no checkpoint";
+	if (num_names)
+		dvar_names_join(list, sizeof(list), names, num_names);
 	rc = dvar_error_set(DVAR_ENOTFOUND, "'%s': its latest checkpoint '%s' does not exist: the "
 	                    "checkpoint state file names it, but there is neither a TensorFlow checkpoint "
-	                    "('%s.index') nor a dvar checkpoint directory", path, latest, cand);
+	                    "('%s.index') nor a dvar checkpoint directory; the directory holds %s", path,
+	                    latest, cand, list);
 done:
+	dvar_root_list_free(dl);
+	free_names(names, num_names);
 	free(dindex);
 	free(state);
 	free(latest);
