@@ -37,8 +37,11 @@ static const cli_opt opts[] = {
 	{ CLI_OPT_ARG, "NAME", NULL, &var_name, 0, CLI_OPT_REQUIRED,
 	  "the variable (with --short-names, its short name will do)" },
 	{ CLI_OPT_STRING, "slice", "SPEC", &slice_spec, 0, 0,
-	  "only this slice, in TensorFlow's slice text: per dimension\n"
-	  "\"start,length\" or \"-\" (all of it), joined by ':' (\"0,2:-\")" },
+	  "only this slice: TensorFlow's text, per dimension \"start,length\"\n"
+	  "or \"-\" (all of it) joined by ':' (\"0,2:-\"), or NumPy's, per\n"
+	  "dimension \"start:stop\", \":\" or an index joined by ',', the\n"
+	  "dimensions left out whole (\"5:7\" is rows 5 and 6 of a table);\n"
+	  "see below" },
 	{ CLI_OPT_STRING, "npy", "FILE", &npy_path, 0, 0,
 	  "write a .npy file instead of text (FILE - is stdout)" },
 	{ CLI_OPT_STRING, "raw", "FILE", &raw_path, 0, 0,
@@ -61,6 +64,14 @@ static const cli_usage usage = {
 	"Text prints floats with the fewest digits that read back exactly. numpy\n"
 	"has no bfloat16, so --npy writes a bfloat16 variable as float32 (exactly).\n"
 	"A --slice that does not parse or lies outside the variable is a usage error.\n"
+	"It is TensorFlow's text when every ':'-separated part is \"-\" or holds one\n"
+	"',' and no '-' (\"0,2:-\", \"1,2\"), NumPy's otherwise (\"1:3\", \"0:2,:\", \"7\",\n"
+	"\"-1,-1\"): write \"1:2,2:3\" for NumPy's [1,2]. Negative numbers count from\n"
+	"the end; an index keeps its dimension (length 1); a bound outside the\n"
+	"dimension is an error, not clipped; steps are refused.\n"
+	"A --slice of a TensorFlow tensor reads only its own bytes, which the\n"
+	"tensor's one checksum (over all of it) cannot check; reading it whole,\n"
+	"or 'dvar verify', checks it.\n"
 	"A TensorFlow string tensor prints one element per line, in double quotes\n"
 	"with C escapes (printable ASCII as it is but for \\\" and \\\\; \\n, \\r, \\t;\n"
 	"any other byte \\xNN), after its index in the variable (\"[2] \", \"[0,1] \";\n"
@@ -579,7 +590,7 @@ int cmd_cat(int argc, char **argv)
 		goto done;
 	}
 	if (slice_spec) {
-		if (dvar_slice_parse(&sl, slice_spec, &v.shape) != DVAR_OK) {
+		if (dvar_slice_parse_any(&sl, slice_spec, &v.shape) != DVAR_OK) {
 			rc = cli_usage_error("cat", "--slice '%s': %s", slice_spec, cli_dvar_message());
 			goto done;
 		}

@@ -73,17 +73,18 @@ static const cli_usage usage = {
 	"values, as 'dvar cat' prints them.\n"
 	"Attributes (see 'dvar inspect') are compared unless --no-attrs: a line\n"
 	"\"attribute differs: NAME: KEY: A vs B\" per key, \"(none)\" for a key one\n"
-	"side lacks; they count as differences. A TensorFlow checkpoint has no\n"
-	"attributes, and a resharded variable has other layout attributes\n"
-	"(kind, shards, layout): compare those with --no-attrs. The summary\n"
-	"line counts variables with other attributes only when there are some.\n"
-	"--json prints {\"schema_version\":1,\"a\",\"b\",\"atol\",\"only_in_a\":[...],\n"
+	"side lacks; they count as differences. Left out: a variable without any\n"
+	"(TensorFlow's, a plain import), and the layout a reshard or export\n"
+	"changes (shards, layout, kind plain vs sharded).\n"
+	"The summary line counts variables with other attributes, and those left\n"
+	"out, only when there are some.\n"
+	"--json prints {\"schema_version\":1,\"a\",\"b\",\"atol\",\"rtol\" (null when not given),\n"
+	"\"bitwise\",\"excluded\" (how many variables were left out),\"only_in_a\":[...],\n"
 	"\"only_in_b\":[...],\"variables\":[{\"name\",\"status\" (\"equal\", \"values_differ\",\n"
 	"\"dtype_differs\" or \"shape_differs\"),\"dtype_a\",\"dtype_b\",\"shape_a\",\"shape_b\",\n"
 	"\"num_elements\",\"num_different\",\"max_abs_diff\",\"first_difference\":{\"index\",\"a\",\"b\"}\n"
 	"(values as text, when values differ),\"attributes_differ\":[{\"key\",\"a\",\"b\"}]\n"
-	"(null for a missing key; only when some differ)}],\"rtol\",\"bitwise\",\n"
-	"\"excluded\" (how many variables were left out),\"identical\"}; max_abs_diff is\n"
+	"(null for a missing key; only when some differ)}],\"identical\"}; max_abs_diff is\n"
 	"null when infinite. After a failed read the document ends with \"ok\":false,\n"
 	"\"error\" (below).",
 	"the checkpoints differ"
@@ -91,7 +92,7 @@ static const cli_usage usage = {
 
 /* What the comparison found, for the summary. */
 typedef struct {
-	size_t only_a, only_b, mismatched, values, common;
+	size_t only_a, only_b, mismatched, values, attrs, common, excluded;
 	uint64_t elements;
 } tally;
 
@@ -256,7 +257,9 @@ typedef struct {
 	dvar_reader *r;
 	size_t n;
 	char **key;
-	size_t *order;
+	size_t *order;      /* the variables not left out, by key */
+	size_t live;        /* how many: order's length */
+	unsigned char *out; /* out[i]: variable i is left out (--exclude, --skip-tf-bookkeeping) */
 } names;
 
 static const names *sorting;
@@ -277,6 +280,26 @@ static void names_free(names *nm)
 	}
 	free(nm->key);
 	free(nm->order);
+	free(nm->out);
+}
+
+static int starts_with(const char *s, const char *prefix)
+{
+	return strncmp(s, prefix, strlen(prefix)) == 0;
+}
+
+/* 1 when variable v, matched by key, is left out of the comparison. */
+static int left_out(const dvar_var_info *v, const char *key)
+{
+	for (int k = 0; k < excludes.n; k++) {
+		if (starts_with(v->name, excludes.v[k]) || starts_with(key, excludes.v[k]))
+			return 1;
+	}
+	/* What TensorFlow saves beside the variables: no conversion carries it all. */
+	return skip_tf && (strcmp(v->name, "_CHECKPOINTABLE_OBJECT_GRAPH") == 0 ||
+	                   strcmp(v->name, "save_counter") == 0 ||
+	                   starts_with(v->name, "save_counter/") ||
+	                   v->dtype == DVAR_DTYPE_STRING);
 }
 
 static int names_init(names *nm, dvar_reader *r, const char *label)
@@ -287,7 +310,8 @@ static int names_init(names *nm, dvar_reader *r, const char *label)
 	nm->n = dvar_reader_num_vars(r);
 	nm->key = calloc(nm->n + 1, sizeof(char *));
 	nm->order = calloc(nm->n + 1, sizeof(size_t));
-	if (!nm->key || !nm->order)
+	nm->out = calloc(nm->n + 1, 1);
+	if (!nm->key || !nm->order || !nm->out)
 		return cli_error("diff", "out of memory");
 	for (size_t i = 0; i < nm->n; i++) {
 		if (dvar_reader_var(r, i, &v) != DVAR_OK)
@@ -295,11 +319,13 @@ static int names_init(names *nm, dvar_reader *r, const char *label)
 		nm->key[i] = short_names ? dvar_short_name(v.name) : strdup(v.name);
 		if (!nm->key[i])
 			return cli_error("diff", "out of memory");
-		nm->order[i] = i;
+		nm->out[i] = left_out(&v, nm->key[i]);
+		if (!nm->out[i])
+			nm->order[nm->live++] = i;
 	}
 	sorting = nm;
-	qsort(nm->order, nm->n, sizeof(size_t), by_key);
-	for (size_t k = 1; k < nm->n; k++) {
+	qsort(nm->order, nm->live, sizeof(size_t), by_key);
+	for (size_t k = 1; k < nm->live; k++) {
 		const char *a = nm->key[nm->order[k - 1]], *b = nm->key[nm->order[k]];
 		if (strcmp(a, b) == 0) {
 			dvar_var_info va, vb;
@@ -316,7 +342,7 @@ static int names_init(names *nm, dvar_reader *r, const char *label)
 /* The variable of nm matched by key; SIZE_MAX when none. */
 static size_t names_find(const names *nm, const char *key)
 {
-	size_t lo = 0, hi = nm->n;
+	size_t lo = 0, hi = nm->live;
 
 	while (lo < hi) {
 		size_t mid = lo + (hi - lo) / 2;
@@ -338,10 +364,10 @@ static int list_missing(cli_json *j, const char *key, const char *label, const n
 	if (j)
 		cli_json_array(j, key);
 	for (size_t i = 0; i < from->n; i++) {
-		size_t at = names_find(other, from->key[i]);
+		size_t at = from->out[i] ? SIZE_MAX : names_find(other, from->key[i]);
 		if (other_index)
 			other_index[i] = at;
-		if (at != SIZE_MAX)
+		if (from->out[i] || at != SIZE_MAX)
 			continue;
 		(*count)++;
 		if (j)
@@ -363,11 +389,140 @@ static const char *const status_names[] = {
 
 typedef struct {
 	status st;
-	uint64_t num_elements, ndiff;
-	double max_abs;
+	uint64_t num_elements;
+	value_diff vd;
+	size_t nattrs; /* attribute keys that differ */
 } outcome;
 
-static void report_variable(cli_json *j, const char *name, const dvar_var_info *va,
+/* Where a string element's text is cut off: past it, "..." stands for the rest. */
+#define STRING_SHOWN 64
+
+/* The index of the at-th element (row-major) of a tensor of shape, which has some. */
+static void unravel(const dvar_shape *shape, uint64_t at, int64_t *idx)
+{
+	for (int d = shape->rank - 1; d >= 0; d--) {
+		idx[d] = (int64_t)(at % (uint64_t)shape->dims[d]);
+		at /= (uint64_t)shape->dims[d];
+	}
+}
+
+/* "[5,7]", as cat's string lines show an index. */
+static void format_index(char *buf, size_t cap, const dvar_shape *shape, uint64_t at)
+{
+	int64_t idx[DVAR_MAX_RANK];
+	size_t len = 0;
+
+	unravel(shape, at, idx);
+	len += (size_t)snprintf(buf, cap, "[");
+	for (int d = 0; d < shape->rank && len < cap; d++)
+		len += (size_t)snprintf(buf + len, cap - len, "%s%lld", d ? "," : "", (long long)idx[d]);
+	if (len < cap)
+		snprintf(buf + len, cap - len, "]");
+}
+
+static void print_string_elem(const char *p, uint64_t n)
+{
+	cli_print_cstring(stdout, p, n < STRING_SHOWN ? n : STRING_SHOWN);
+	if (n > STRING_SHOWN)
+		printf("...");
+}
+
+/* The first differing element, as a line of text or a JSON object. */
+static void report_first(cli_json *j, const dvar_var_info *v, const first_diff *f)
+{
+	char at[DVAR_MAX_RANK * 21 + 3], ta[64], tb[64];
+
+	if (!f->found)
+		return;
+	format_index(at, sizeof(at), &v->shape, f->at);
+	if (v->dtype != DVAR_DTYPE_STRING) {
+		cli_format_elem(ta, sizeof(ta), v->dtype, f->a);
+		cli_format_elem(tb, sizeof(tb), v->dtype, f->b);
+	}
+	if (j) {
+		int64_t idx[DVAR_MAX_RANK];
+		unravel(&v->shape, f->at, idx);
+		cli_json_object(j, "first_difference");
+		cli_json_dims(j, "index", idx, v->shape.rank);
+		if (v->dtype == DVAR_DTYPE_STRING) {
+			cli_json_bytes(j, "a", f->sa, f->la);
+			cli_json_bytes(j, "b", f->sb, f->lb);
+		} else {
+			cli_json_str(j, "a", ta);
+			cli_json_str(j, "b", tb);
+		}
+		cli_json_end(j);
+		return;
+	}
+	printf("    first difference at %s: ", at);
+	if (v->dtype == DVAR_DTYPE_STRING) {
+		print_string_elem(f->sa, f->la);
+		printf(" vs ");
+		print_string_elem(f->sb, f->lb);
+		printf("\n");
+	} else {
+		printf("%s vs %s\n", ta, tb);
+	}
+}
+
+/* A kind that only says how the variable is stored: none, plain or sharded. */
+static int layout_kind(const char *kind)
+{
+	return !kind || strcmp(kind, DVAR_KIND_PLAIN) == 0 || strcmp(kind, DVAR_KIND_SHARDED) == 0;
+}
+
+/*
+ * Walk the attributes of variable ia of A and ib of B (each in key order)
+ * together; the keys whose values differ are reported (when report is set)
+ * and counted.
+ */
+static size_t compare_attrs(const dvar_reader *ra, size_t ia, const dvar_reader *rb, size_t ib,
+                            const char *name, cli_json *j, int report)
+{
+	size_t na = dvar_reader_var_num_attrs(ra, ia), nb = dvar_reader_var_num_attrs(rb, ib);
+	size_t ka = 0, kb = 0, count = 0;
+
+	/* A side without attributes (a TensorFlow checkpoint, a plain import) says nothing. */
+	if (na == 0 || nb == 0)
+		return 0;
+
+	while (ka < na || kb < nb) {
+		const char *key_a = NULL, *val_a = NULL, *key_b = NULL, *val_b = NULL;
+		if (ka < na)
+			dvar_reader_var_attr_at(ra, ia, ka, &key_a, &val_a);
+		if (kb < nb)
+			dvar_reader_var_attr_at(rb, ib, kb, &key_b, &val_b);
+		int c = !key_a ? 1 : !key_b ? -1 : strcmp(key_a, key_b);
+		const char *key = c <= 0 ? key_a : key_b;
+		const char *x = c <= 0 ? val_a : NULL, *y = c >= 0 ? val_b : NULL;
+		ka += c <= 0;
+		kb += c >= 0;
+		if (x && y && strcmp(x, y) == 0)
+			continue;
+		/* How rows are laid out over shards is storage, which reshard and export change. */
+		if (strcmp(key, DVAR_SHARDING_ATTR_SHARDS) == 0 ||
+		    strcmp(key, DVAR_SHARDING_ATTR_LAYOUT) == 0 ||
+		    (strcmp(key, DVAR_STORE_ATTR_KIND) == 0 && layout_kind(x) && layout_kind(y)))
+			continue;
+		count++;
+		if (!report)
+			continue;
+		if (j) {
+			cli_json_object(j, NULL);
+			cli_json_str(j, "key", key);
+			cli_json_str(j, "a", x);
+			cli_json_str(j, "b", y);
+			cli_json_end(j);
+		} else {
+			printf("attribute differs: %s: %s: %s vs %s\n", name, key, x ? x : "(none)",
+			       y ? y : "(none)");
+		}
+	}
+	return count;
+}
+
+static void report_variable(cli_json *j, const char *name, const dvar_reader *ra, size_t ia,
+                            const dvar_reader *rb, size_t ib, const dvar_var_info *va,
                             const dvar_var_info *vb, const outcome *o)
 {
 	char sa[200], sb[200], mx[40], da[CLI_DTYPE_TEXT_MAX], db[CLI_DTYPE_TEXT_MAX];
@@ -386,16 +541,22 @@ static void report_variable(cli_json *j, const char *name, const dvar_var_info *
 		cli_json_dims(j, "shape_b", vb->shape.dims, vb->shape.rank);
 		if (compared) {
 			cli_json_u64(j, "num_elements", o->num_elements);
-			cli_json_u64(j, "num_different", o->ndiff);
+			cli_json_u64(j, "num_different", o->vd.ndiff);
 			if (!strings)
-				cli_json_real(j, "max_abs_diff", o->max_abs);
+				cli_json_real(j, "max_abs_diff", o->vd.max_abs);
+			report_first(j, va, &o->vd.first);
+		}
+		if (o->nattrs) {
+			cli_json_array(j, "attributes_differ");
+			compare_attrs(ra, ia, rb, ib, name, j, 1);
+			cli_json_end(j);
 		}
 		cli_json_end(j);
 		return;
 	}
 	dvar_shape_format(&va->shape, sa, sizeof(sa));
 	dvar_shape_format(&vb->shape, sb, sizeof(sb));
-	cli_format_real(mx, sizeof(mx), o->max_abs, 0);
+	cli_format_real(mx, sizeof(mx), o->vd.max_abs, 0);
 	switch (o->st) {
 	case DTYPE_DIFFERS:
 		printf("dtype differs: %s: %s vs %s\n", name, da, db);
@@ -406,14 +567,17 @@ static void report_variable(cli_json *j, const char *name, const dvar_var_info *
 	case VALUES_DIFFER:
 		if (strings)
 			printf("values differ: %s: %llu of %llu strings\n", name,
-			       (unsigned long long)o->ndiff, (unsigned long long)o->num_elements);
+			       (unsigned long long)o->vd.ndiff, (unsigned long long)o->num_elements);
 		else
 			printf("values differ: %s: %llu of %llu elements, max abs diff %s\n", name,
-			       (unsigned long long)o->ndiff, (unsigned long long)o->num_elements, mx);
+			       (unsigned long long)o->vd.ndiff, (unsigned long long)o->num_elements, mx);
+		report_first(NULL, va, &o->vd.first);
 		break;
 	case SAME:
 		break;
 	}
+	if (o->nattrs)
+		compare_attrs(ra, ia, rb, ib, name, NULL, 1);
 }
 
 /* Classify, and compare values when dtype and shape agree. */
@@ -433,15 +597,15 @@ static int compare_variable(dvar_reader *ra, size_t ia, dvar_reader *rb, size_t 
 	dvar_shape_num_elements(&va->shape, &o->num_elements);
 	int rc;
 	if (va->dtype == DVAR_DTYPE_STRING) {
-		rc = compare_strings(ra, ia, rb, ib, va, &o->ndiff);
+		rc = compare_strings(ra, ia, rb, ib, va, &o->vd);
 		*done += va->raw_bytes + vb->raw_bytes;
 		cli_progress_update(pr, *done, total);
 	} else if (!cli_dtype_numeric(va->dtype)) {
 		rc = cli_error_dtype("diff", va->name, va->dtype);
 	} else {
-		rc = compare_values(ra, ia, rb, ib, va, pr, done, total, &o->ndiff, &o->max_abs);
+		rc = compare_values(ra, ia, rb, ib, va, pr, done, total, &o->vd);
 	}
-	o->st = o->ndiff ? VALUES_DIFFER : SAME;
+	o->st = o->vd.ndiff ? VALUES_DIFFER : SAME;
 	return rc;
 }
 
@@ -490,13 +654,18 @@ static int diff_readers(const names *na, const names *nb, size_t *in_b, cli_json
 			break;
 		}
 		rc = compare_variable(ra, i, rb, in_b[i], &va, &vb, &pr, &done, total, &o);
-		if (rc != CLI_EXIT_OK)
-			break;
-		t->common++;
-		t->elements += o.num_elements;
-		t->mismatched += o.st == DTYPE_DIFFERS || o.st == SHAPE_DIFFERS;
-		t->values += o.st == VALUES_DIFFER;
-		report_variable(j, na->key[i], &va, &vb, &o);
+		if (rc == CLI_EXIT_OK) {
+			if (attrs)
+				o.nattrs = compare_attrs(ra, i, rb, in_b[i], NULL, NULL, 0);
+			t->common++;
+			t->elements += o.num_elements;
+			t->mismatched += o.st == DTYPE_DIFFERS || o.st == SHAPE_DIFFERS;
+			t->values += o.st == VALUES_DIFFER;
+			t->attrs += o.nattrs != 0;
+			report_variable(j, na->key[i], ra, i, rb, in_b[i], &va, &vb, &o);
+		}
+		free(o.vd.first.sa);
+		free(o.vd.first.sb);
 	}
 	cli_progress_end(&pr);
 	if (j)
@@ -515,6 +684,9 @@ int cmd_diff(int argc, char **argv)
 
 	if (rc != CLI_CONTINUE)
 		return rc;
+	if (bitwise && (atol_given >= 0 || rtol_given >= 0))
+		return cli_usage_error("diff", "--bitwise wants equal bytes: it cannot go with a "
+		                               "tolerance (--atol, --rtol)");
 	if (dvar_reader_open(&ra, path_a, NULL) != DVAR_OK ||
 	    dvar_reader_open(&rb, path_b, NULL) != DVAR_OK) {
 		rc = cli_error_dvar("diff");
@@ -528,6 +700,7 @@ int cmd_diff(int argc, char **argv)
 	if ((rc = names_init(&na, ra, "A")) != CLI_EXIT_OK ||
 	    (rc = names_init(&nb, rb, "B")) != CLI_EXIT_OK)
 		goto done;
+	t.excluded = (na.n - na.live) + (nb.n - nb.live);
 	if (json) {
 		cli_json_begin(&j, stdout);
 		cli_json_str(&j, "a", dvar_reader_path(ra));
@@ -536,20 +709,32 @@ int cmd_diff(int argc, char **argv)
 			cli_json_real(&j, "atol", atol_given);
 		else
 			cli_json_str(&j, "atol", NULL);
+		if (rtol_given >= 0)
+			cli_json_real(&j, "rtol", rtol_given);
+		else
+			cli_json_str(&j, "rtol", NULL);
+		cli_json_bool(&j, "bitwise", bitwise);
+		cli_json_u64(&j, "excluded", t.excluded);
 	}
 	rc = diff_readers(&na, &nb, in_b, json ? &j : NULL, &t);
-	int identical = !t.only_a && !t.only_b && !t.mismatched && !t.values;
+	int identical = !t.only_a && !t.only_b && !t.mismatched && !t.values && !t.attrs;
+	char also[80] = "", left[64] = "";
+	if (t.attrs)
+		snprintf(also, sizeof(also), ", %zu with other attributes", t.attrs);
+	if (t.excluded)
+		snprintf(left, sizeof(left), "; %zu left out", t.excluded);
 	if (json) {
 		/* After an error these are dropped: reporting it ended the document. */
 		cli_json_bool(&j, "identical", rc == CLI_EXIT_OK && identical);
 		cli_json_end(&j);
 	} else if (rc == CLI_EXIT_OK && identical) {
-		printf("identical: %zu variable%s, %llu element%s\n", t.common, t.common == 1 ? "" : "s",
-		       (unsigned long long)t.elements, t.elements == 1 ? "" : "s");
+		printf("identical: %zu variable%s, %llu element%s%s\n", t.common,
+		       t.common == 1 ? "" : "s", (unsigned long long)t.elements,
+		       t.elements == 1 ? "" : "s", left);
 	} else if (rc == CLI_EXIT_OK) {
 		printf("different: %zu only in A, %zu only in B, %zu with another dtype or shape, "
-		       "%zu with other values (of %zu in both)\n",
-		       t.only_a, t.only_b, t.mismatched, t.values, t.common);
+		       "%zu with other values%s (of %zu in both%s)\n",
+		       t.only_a, t.only_b, t.mismatched, t.values, also, t.common, left);
 	}
 	if (rc == CLI_EXIT_OK)
 		rc = identical ? CLI_EXIT_OK : CLI_EXIT_CHECK;

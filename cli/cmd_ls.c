@@ -219,6 +219,17 @@ done:
 	return e;
 }
 
+/* 1 when the state file's name k (its latest after all the kept ones) came earlier:
+ * the latest is usually among the kept, and is noted once. */
+static int named_before(const dvar_checkpoint_state *s, size_t k)
+{
+	const char *name = k < s->num_all ? s->all[k] : s->latest;
+	for (size_t j = 0; j < k; j++)
+		if (strcmp(s->all[j], name) == 0)
+			return 1;
+	return 0;
+}
+
 /*
  * The TensorFlow checkpoints of ROOT: every PREFIX.index in it, and what the
  * state file names, marked. Returns CLI_EXIT_OK or an exit code.
@@ -249,14 +260,29 @@ static int list_tf(entries *l)
 		fprintf(stderr, "dvar ls: note: %s; nothing marked latest or kept\n", cli_dvar_message());
 	if (rc != DVAR_OK)
 		return oom ? cli_error("ls", "out of memory") : CLI_EXIT_OK;
+	/* A missing name is said in the terms of what the directory holds. */
+	int has_dvar = 0, has_tf = 0;
+	for (size_t k = 0; k < l->n; k++) {
+		has_tf |= l->v[k].tf;
+		has_dvar |= !l->v[k].tf;
+	}
 	for (size_t k = 0; k <= state.num_all && !oom; k++) {
 		const char *name = k < state.num_all ? state.all[k] : state.latest;
 		if ((e = tf_entry(l, name, &missing, &oom))) {
 			e->kept |= k < state.num_all;
 			e->latest |= k == state.num_all;
-		} else if (missing) {
-			fprintf(stderr, "dvar ls: note: the checkpoint file names '%s', which is not "
-			                "there (no %s.index)\n", name, name);
+		} else if (missing && !named_before(&state, k)) {
+			const char *as = strcmp(name, state.latest) == 0 ? "as latest" : "as kept";
+			if (has_dvar && !has_tf)
+				fprintf(stderr, "dvar ls: note: the checkpoint file names '%s' %s, but there is no "
+				                "checkpoint directory '%s'\n", name, as, name);
+			else if (has_tf && !has_dvar)
+				fprintf(stderr, "dvar ls: note: the checkpoint file names '%s' %s, which is not "
+				                "there (no %s.index)\n", name, as, name);
+			else
+				fprintf(stderr, "dvar ls: note: the checkpoint file names '%s' %s, which is not "
+				                "there (no checkpoint directory '%s', no %s.index)\n", name, as,
+				        name, name);
 		}
 	}
 	dvar_checkpoint_state_clear(&state);

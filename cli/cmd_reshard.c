@@ -34,7 +34,9 @@ static const cli_opt opts[] = {
 	{ CLI_OPT_STRING, "partitioner", "SPEC", &partitioner_text, 0, 0,
 	  "shard every sharded variable as TensorFlow's partitioner would:\n"
 	  "fixed:M, min-size:BYTES[:MAX_SHARDS] or max-size:BYTES[:MAX_SHARDS]\n"
-	  "(BYTES may end in K, M or G)" },
+	  "(BYTES may end in K, M or G). min-size's MAX_SHARDS defaults to\n"
+	  "1, as TensorFlow's MinSizePartitioner's: min-size:4M alone gives\n"
+	  "one shard (write min-size:4M:64); max-size's has no limit" },
 	{ CLI_OPT_STRING, "compress", "MODE", &compress, 0, 0,
 	  "chunks of OUT: auto (default), lz4 or none (as in dvar import)" },
 	{ CLI_OPT_BYTES, "chunk-size", "BYTES", &chunk_size, 0, 0,
@@ -55,7 +57,10 @@ static const cli_usage usage = {
 	"partitioners do; --var NAME=M with M above NAME's rows is an error. At most\n"
 	"65536 shards per variable. A resharded variable keeps its other\n"
 	"attributes; with one shard it loses shards and layout, and kind=sharded\n"
-	"becomes kind=plain (as dvar_save writes one shard).\n"
+	"becomes kind=plain (as dvar_save writes one shard). A mirrored or\n"
+	"sync-on-read variable (--var NAME=M, M > 1) becomes a sharded variable,\n"
+	"as dvar_save writes one: kind=sharded, without its synchronization and\n"
+	"aggregation (a note says so); it restores into a variable of any kind.\n"
 	"Every other variable is copied as it was saved. Memory stays at a few\n"
 	"chunks whatever the variable sizes. Nothing is left at OUT when the\n"
 	"reshard fails (an unknown --var, a corrupt IN, Ctrl-C, ...).\n"

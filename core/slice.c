@@ -204,6 +204,149 @@ int dvar_slice_parse(dvar_slice *out, const char *spec, const dvar_shape *full)
 	return DVAR_OK;
 }
 
+/* A decimal int64, maybe negative, between spaces; p..end. Returns 0, or 1
+ * when it is not one, 3 when it overflows 64 bits. */
+static int parse_index(const char *p, const char *end, int64_t *out)
+{
+	int neg = 0, why;
+
+	while (p < end && *p == ' ')
+		p++;
+	while (end > p && end[-1] == ' ')
+		end--;
+	if (p < end && *p == '-') {
+		neg = 1;
+		p++;
+	}
+	why = parse_count(&p, end, out);
+	if (why == 0 && p != end)
+		why = 1;
+	if (why == 0 && neg)
+		*out = -*out;
+	return why;
+}
+
+/* 1 when p..end holds nothing but spaces. */
+static int blank(const char *p, const char *end)
+{
+	for (; p < end; p++) {
+		if (*p != ' ')
+			return 0;
+	}
+	return 1;
+}
+
+/* One dimension of NumPy's text, p..end: ":", "a:b", "a:", ":b" or "a". */
+static int parse_numpy_extent(const char *spec, int32_t d, const char *p, const char *end,
+                              int64_t dim, int64_t *start, int64_t *length)
+{
+	const char *colon = memchr(p, ':', (size_t)(end - p));
+	int64_t a = 0, b = dim;
+	int why = 0;
+
+	if (blank(p, end))
+		return dvar_error_set(DVAR_EINVAL, "slice '%s': dimension %d is empty", spec, (int)d);
+	if (colon && memchr(colon + 1, ':', (size_t)(end - colon - 1)))
+		return dvar_error_set(DVAR_EINVAL, "slice '%s': dimension %d has a step, which "
+		                      "--slice does not take", spec, (int)d);
+	if (!colon) {
+		why = parse_index(p, end, &a);
+		/* An index is one row, the dimension kept: -1 the last. */
+		if (why == 0 && a < 0)
+			a += dim;
+		b = a < dim ? a + 1 : dim + 1;
+	} else {
+		if (!blank(p, colon))
+			why = parse_index(p, colon, &a);
+		if (why == 0 && !blank(colon + 1, end))
+			why = parse_index(colon + 1, end, &b);
+	}
+	if (why == 3)
+		return dvar_error_set(DVAR_EINVAL, "slice '%s': dimension %d has a number that "
+		                      "overflows 64 bits", spec, (int)d);
+	if (why != 0)
+		return dvar_error_set(DVAR_EINVAL, "slice '%s': dimension %d is not NumPy's "
+		                      "'start:stop', ':' or an index (nor is the slice TensorFlow's "
+		                      "'start,length' or '-' per dimension)", spec, (int)d);
+	/* Negative indices count from the end, as NumPy's do. */
+	int64_t from = a < 0 ? a + dim : a, to = b < 0 ? b + dim : b;
+	if (from < 0 || to > dim || from > to)
+		return dvar_error_set(DVAR_ESHAPE, "slice '%s': dimension %d ('%.*s') is not within "
+		                      "its size %lld, or ends before it starts", spec, (int)d,
+		                      (int)(end - p), p, (long long)dim);
+	*start = from;
+	*length = to - from;
+	return DVAR_OK;
+}
+
+int dvar_slice_parse_numpy(dvar_slice *out, const char *spec, const dvar_shape *full)
+{
+	char htext[SHAPE_TEXT_MAX];
+	dvar_slice s;
+	int32_t parts = 1;
+	const char *p;
+	int rc;
+
+	if (!spec)
+		return dvar_error_set(DVAR_EINVAL, "slice text is NULL");
+	if (!valid_rank(full->rank))
+		return dvar_error_set(DVAR_EINVAL, "shape rank %d is outside 0..%d",
+		                      (int)full->rank, DVAR_MAX_RANK);
+	for (p = spec; *p; p++)
+		parts += *p == ',';
+	if (parts > full->rank) {
+		dvar_shape_format(full, htext, sizeof htext);
+		return dvar_error_set(DVAR_ESHAPE, "slice '%s' has %d dimension%s but the shape %s has %d",
+		                      spec, (int)parts, parts == 1 ? "" : "s", htext, (int)full->rank);
+	}
+	/* The dimensions not given are whole, as NumPy's trailing ':'. */
+	dvar_slice_full(&s, full);
+	p = spec;
+	for (int32_t d = 0; d < parts; d++) {
+		const char *end = strchr(p, ',');
+
+		if (!end)
+			end = p + strlen(p);
+		rc = parse_numpy_extent(spec, d, p, end, full->dims[d], &s.start[d], &s.length[d]);
+		if (rc != DVAR_OK)
+			return rc;
+		p = end + 1;
+	}
+	*out = s;
+	return DVAR_OK;
+}
+
+/* 1 when every ':'-separated part of spec is "-", or has one ',' and no '-'
+ * (TensorFlow's numbers have no sign; NumPy's "-1,-1" is not its). */
+static int tf_form(const char *spec)
+{
+	const char *p = spec;
+
+	for (;;) {
+		const char *end = strchr(p, ':');
+		int commas = 0, minus = 0;
+
+		if (!end)
+			end = p + strlen(p);
+		for (const char *q = p; q < end; q++) {
+			commas += *q == ',';
+			minus += *q == '-';
+		}
+		if (!(end - p == 1 && *p == '-') && (commas != 1 || minus))
+			return 0;
+		if (!*end)
+			return 1;
+		p = end + 1;
+	}
+}
+
+int dvar_slice_parse_any(dvar_slice *out, const char *spec, const dvar_shape *full)
+{
+	if (!spec || spec[0] == '\0' || tf_form(spec))
+		return dvar_slice_parse(out, spec, full);
+	return dvar_slice_parse_numpy(out, spec, full);
+}
+
 /* Slices handed to the arithmetic below must have non-negative extents, so
  * that start + length fits in a uint64_t. */
 static int check_extents(const dvar_slice *slice, const char *what)

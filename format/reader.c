@@ -9,8 +9,10 @@
  *
  * A TensorFlow checkpoint (TensorBundle) reads through the same code:
  * format/tf.c turns its index into the same entries, each tensor (or saved
- * slice of a partitioned one) one chunk of codec DVAR_CODEC_WHOLE, read and
- * checked whole (docs/FORMAT.md, "TensorFlow checkpoints").
+ * slice of a partitioned one) one chunk of codec DVAR_CODEC_WHOLE: a read
+ * of all of it checks its CRC; a read of part of it reads only the span
+ * needed, which the tensor's one CRC cannot check (docs/FORMAT.md,
+ * "TensorFlow checkpoints").
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -47,6 +49,15 @@ typedef struct {
 	uint64_t size;
 } data_file;
 
+/* A TF entry being read in order, part by part: its CRC so far. */
+typedef struct {
+	const dvar_slice_entry *s; /* NULL: a free slot */
+	uint64_t next;             /* the byte the next part must start at */
+	uint32_t crc;              /* over bytes [0, next) */
+} tf_run;
+
+#define TF_RUNS 64   /* entries followed at once (a walk over a partitioned tensor) */
+
 struct dvar_reader {
 	char *dir;            /* the checkpoint directory, or a TensorBundle's prefix */
 	int is_tf;            /* a TensorFlow checkpoint (TensorBundle) */
@@ -62,6 +73,9 @@ struct dvar_reader {
 	atomic_uint_least64_t progress_done;
 	uint64_t progress_total;
 	dvar_stash *scratches; /* scratch *, reused across tasks and reads */
+	pthread_mutex_t runs_lock;
+	tf_run runs[TF_RUNS];
+	unsigned next_run;     /* the slot a new run takes when all are busy */
 };
 
 /* ---------------------------------------------------------------- open */
@@ -256,7 +270,9 @@ int dvar_reader_open(dvar_reader **out, const char *path, const dvar_read_option
 		return dvar_error_set(DVAR_ENOMEM, "out of memory");
 	r->opts = opts ? *opts : def;
 	r->owner = pthread_self();
+	pthread_mutex_init(&r->runs_lock, NULL);
 	if (!(r->scratches = dvar_stash_create())) {
+		pthread_mutex_destroy(&r->runs_lock);
 		free(r);
 		return dvar_error_set(DVAR_ENOMEM, "out of memory");
 	}
@@ -318,6 +334,7 @@ void dvar_reader_free(dvar_reader *r)
 	free(r->vars);
 	dvar_stash_free(r->scratches, scratch_release);
 	dvar_header_clear(&r->header);
+	pthread_mutex_destroy(&r->runs_lock);
 	free(r->dir);
 	free(r);
 }
@@ -525,11 +542,57 @@ static int check_whole(const dvar_var_entry *v, const dvar_slice_entry *s, const
 }
 
 /*
+ * Part [lo, hi) of a TF entry, just read to p. A command walking a big
+ * tensor reads it in parts, in order: the entry's CRC is carried from each
+ * part to the next and checked when the last one is read. A part that does
+ * not continue a run from byte 0 is not checked.
+ */
+static int follow_run(dvar_reader *r, const dvar_slice_entry *s, const dvar_chunk *c, uint64_t lo,
+                      uint64_t hi, const unsigned char *p, char *why)
+{
+	uint32_t part = dvar_crc32c(p, (size_t)(hi - lo)), crc;
+	tf_run *run = NULL;
+	pthread_mutex_lock(&r->runs_lock);
+	for (size_t k = 0; k < TF_RUNS && !run; k++)
+		if (r->runs[k].s == s)
+			run = &r->runs[k];
+	if (lo == 0) {
+		for (size_t k = 0; k < TF_RUNS && !run; k++)
+			if (!r->runs[k].s)
+				run = &r->runs[k];
+		if (!run)
+			run = &r->runs[r->next_run++ % TF_RUNS];
+		*run = (tf_run){ s, hi, part };
+		pthread_mutex_unlock(&r->runs_lock);
+		return DVAR_OK;
+	}
+	if (!run || run->next != lo) {
+		if (run)
+			run->s = NULL;
+		pthread_mutex_unlock(&r->runs_lock);
+		return DVAR_OK;
+	}
+	run->crc = crc = dvar_crc32c_combine(run->crc, part, hi - lo);
+	run->next = hi;
+	if (hi == c->stored)
+		run->s = NULL;
+	pthread_mutex_unlock(&r->runs_lock);
+	if (hi == c->stored && crc != c->crc) {
+		snprintf(why, WHY_MAX, "checksum mismatch: stored 0x%08x, computed 0x%08x (over the "
+		         "parts read in order)", c->crc, crc);
+		return DVAR_ECORRUPT;
+	}
+	return DVAR_OK;
+}
+
+/*
  * Bytes [lo, hi) of chunk ci's raw content into out, checksums verified.
  * Raw chunks read only the blocks covering [lo, hi): lo must be a block
- * boundary. lz4 and WHOLE chunks are read and checked whole: lo = 0, hi =
- * raw length. On failure, why says what is wrong with the chunk (chunk_error
- * adds where).
+ * boundary. lz4 chunks are read and checked whole: lo = 0, hi = raw length.
+ * WHOLE chunks (TF entries) read just [lo, hi); their one CRC covers the
+ * whole entry, so it is checked when [lo, hi) is all of it, or ends a run
+ * of parts read in order (follow_run). On failure, why says what is wrong
+ * with the chunk (chunk_error adds where).
  */
 static int load_chunk(dvar_reader *r, const dvar_var_entry *v, const dvar_slice_entry *s, size_t ci,
                       uint64_t lo, uint64_t hi, unsigned char *out, scratch *sc, char *why)
@@ -542,11 +605,14 @@ static int load_chunk(dvar_reader *r, const dvar_var_entry *v, const dvar_slice_
 		snprintf(why, WHY_MAX, "data file is missing or unreadable: %s", strerror(df->err));
 		return DVAR_ECORRUPT;
 	}
-	uint64_t off = c->codec == DVAR_CODEC_RAW ? c->offset + lo : c->offset;
-	uint64_t len = c->codec == DVAR_CODEC_RAW ? hi - lo : c->stored;
-	if (off + len > df->size && r->is_tf) {
+	int ranged = c->codec != DVAR_CODEC_LZ4;
+	uint64_t off = ranged ? c->offset + lo : c->offset;
+	uint64_t len = ranged ? hi - lo : c->stored;
+	/* A short file fails even a partial read of a TF entry: it cannot be whole. */
+	if (c->offset + c->stored > df->size && r->is_tf) {
 		snprintf(why, WHY_MAX, "data file is truncated: it has %llu bytes, the entry needs bytes "
-		         "up to %llu", (unsigned long long)df->size, (unsigned long long)(off + len));
+		         "up to %llu", (unsigned long long)df->size,
+		         (unsigned long long)(c->offset + c->stored));
 		return DVAR_ECORRUPT;
 	}
 	if (off + len > df->size) {
@@ -565,7 +631,8 @@ static int load_chunk(dvar_reader *r, const dvar_var_entry *v, const dvar_slice_
 		goto failed;
 	atomic_fetch_add(&r->bytes_read, len);
 	if (c->codec == DVAR_CODEC_WHOLE)
-		return check_whole(v, s, c, out, len, why);
+		return lo == 0 && hi == c->stored ? check_whole(v, s, c, out, len, why)
+		                                  : follow_run(r, s, c, lo, hi, out, why);
 	if (c->codec == DVAR_CODEC_LZ4) {
 		int n = LZ4_decompress_safe((const char *)sc->packed, (char *)out, (int)len, (int)raw_len);
 		if (n != (int)raw_len) {
@@ -776,12 +843,17 @@ static int plan(read_ctx *ctx)
 				for_each_box(&s->slice, base / ctx->esize, (base + raw_len) / ctx->esize, note_need, ctx);
 				if (!ctx->any)
 					continue;
+				uint64_t lo = ctx->need_lo * ctx->esize - base, hi = ctx->need_hi * ctx->esize - base;
 				if (s->chunks[ci].codec == DVAR_CODEC_RAW) {
-					uint64_t lo = ctx->need_lo * ctx->esize - base, hi = ctx->need_hi * ctx->esize - base;
 					t.lo = lo / DVAR_BLOCK_SIZE * DVAR_BLOCK_SIZE;
 					t.hi = (hi + DVAR_BLOCK_SIZE - 1) / DVAR_BLOCK_SIZE * DVAR_BLOCK_SIZE;
 					if (t.hi > raw_len)
 						t.hi = raw_len;
+				} else if (s->chunks[ci].codec == DVAR_CODEC_WHOLE) {
+					/* A TF tensor is raw and contiguous: only the span the request
+					 * needs, from its first element to its last. */
+					t.lo = lo;
+					t.hi = hi;
 				}
 			}
 			if ((rc = add_task(ctx, t)))

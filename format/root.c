@@ -236,7 +236,6 @@ int dvar_root_publish(const char *root, const char *name, int keep_last)
 
 /* ---------------------------------------------------------------- listing */
 
-
 static int entry_cmp(const void *a, const void *b)
 {
 	const dvar_root_entry *x = a, *y = b;

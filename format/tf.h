@@ -168,13 +168,19 @@ int dvar_tf_strings_encode(dvar_bytes *out, uint64_t n, const uint64_t *lens, co
 /**
  * 1 when path names a TensorBundle, with *prefix (malloc'ed) its prefix:
  * path itself when path + ".index" is a file (".../model.ckpt-100",
- * ".../variables/variables"); or, for a directory holding a `checkpoint`
- * state file (TF's text proto; dvar roots have one in the same format),
- * dir/latest when dir/latest.index is a file (a dvar root's latest is a
- * directory instead: then 0). 0 when path is not a bundle (the caller tries
- * a dvar checkpoint); a negative status when it is one but broken (a state
- * file naming a checkpoint whose .index is missing: DVAR_ENOTFOUND saying
- * so). Relative state-file paths are joined onto the directory.
+ * ".../variables/variables"); PREFIX when path is the file PREFIX.index;
+ * for a directory holding a `checkpoint` state file (TF's text proto; dvar
+ * roots have one in the same format), dir/latest when dir/latest.index is
+ * a file (a dvar root's latest is a directory instead: then 0); for a
+ * directory with no state file and no dvar index, dir/variables/variables
+ * (a SavedModel) or its one PREFIX.index (a SavedModel's variables/).
+ * 0 when path is not a bundle (the caller tries a dvar checkpoint, also
+ * for a dvar root whose pointer names a missing checkpoint: its error names
+ * the ones there); a negative status when it is one but broken or
+ * ambiguous: a state file naming a checkpoint whose .index is missing
+ * (DVAR_ENOTFOUND saying so and naming the prefixes there), a directory of
+ * several prefixes (DVAR_EINVAL naming them). Relative state-file paths are
+ * joined onto the directory.
  */
 int dvar_tf_locate(const char *path, char **prefix);
 

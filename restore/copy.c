@@ -104,9 +104,26 @@ int dvar_set_shard_attrs(dvar_writer *w, const char *name, int64_t n)
 	return rc;
 }
 
+int dvar_var_is_replicated(const dvar_reader *r, size_t i)
+{
+	const char *kind;
+
+	return dvar_reader_var_attr(r, i, DVAR_STORE_ATTR_KIND, &kind) == DVAR_OK &&
+	       (strcmp(kind, DVAR_KIND_MIRRORED) == 0 || strcmp(kind, DVAR_KIND_SYNC_ON_READ) == 0);
+}
+
+/* What a replicated variable's copies agree on, which a sharded one has not. */
+static int is_replica_attr(const char *key)
+{
+	return strcmp(key, DVAR_STORE_ATTR_SYNCHRONIZATION) == 0 ||
+	       strcmp(key, DVAR_STORE_ATTR_AGGREGATION) == 0 ||
+	       strcmp(key, DVAR_STORE_ATTR_REPLICA_CHECK) == 0;
+}
+
 int dvar_copy_attrs(const dvar_reader *r, size_t i, dvar_writer *w, const char *name, int64_t n)
 {
 	size_t count = dvar_reader_var_num_attrs(r, i);
+	int unreplicate = n > 1 && dvar_var_is_replicated(r, i);
 	const char *key, *value;
 	int rc = DVAR_OK;
 
@@ -120,6 +137,10 @@ int dvar_copy_attrs(const dvar_reader *r, size_t i, dvar_writer *w, const char *
 				rc = dvar_writer_set_attr(w, name, key, DVAR_KIND_PLAIN);
 			continue;
 		}
+		/* A replicated variable cut into shards becomes a sharded variable,
+		 * as dvar_save writes one: kind=sharded, no synchronization. */
+		if (unreplicate && (is_replica_attr(key) || strcmp(key, DVAR_STORE_ATTR_KIND) == 0))
+			continue;
 		rc = dvar_writer_set_attr(w, name, key, value);
 	}
 	if (rc == DVAR_OK && n > 0)

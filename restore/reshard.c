@@ -62,8 +62,8 @@ static int check_options(const dvar_reshard_options *o, dvar_partitioner *part)
  * are left out).
  */
 static int plan_var(const dvar_reshard_options *o, const dvar_partitioner *part,
-                    const dvar_reader *r, size_t i, const dvar_var_info *v, unsigned char *used,
-                    int64_t *want)
+                    const dvar_op *op, const dvar_reader *r, size_t i, const dvar_var_info *v,
+                    unsigned char *used, int64_t *want)
 {
 	*want = 0;
 	for (size_t k = 0; k < o->num_vars; k++) {
@@ -96,6 +96,13 @@ static int plan_var(const dvar_reshard_options *o, const dvar_partitioner *part,
 			return dvar_error_prefix("variable '%s'", v->name);
 		if (*want < 1)
 			*want = 1;
+		/* MinSizePartitioner's max_shards defaults to 1, as TensorFlow's: say
+		 * so rather than merge a sharded variable without a word. */
+		if (*want == 1)
+			dvar_op_note(op, "variable '%s': the partitioner '%s' gives 1 shard%s", v->name,
+			             o->partitioner, part->kind == DVAR_PARTITIONER_MIN_SIZE &&
+			             part->max_shards == 1 ? " (min-size's MAX_SHARDS defaults to 1, as "
+			                                     "TensorFlow's)" : "");
 	}
 	return DVAR_OK;
 }
@@ -124,6 +131,10 @@ static int copy_var(dvar_copier *c, dvar_reader *r, size_t i, const dvar_var_inf
 		if ((rc = dvar_shard_layout(v->name, &v->shape, want, &offsets, &n)) != DVAR_OK)
 			return rc;
 		dvar_shard_note(c->op, v->name, &v->shape, want, n);
+		if (n > 1 && dvar_var_is_replicated(r, i))
+			dvar_op_note(c->op, "variable '%s' becomes a sharded variable of %lld shards: its "
+			                    "synchronization and aggregation (a replicated variable's) are "
+			                    "left out", v->name, (long long)n);
 		for (int64_t k = 0; rc == DVAR_OK && k < n; k++) {
 			dvar_shard_slice(&v->shape, offsets, k, &sl);
 			rc = dvar_copy_region(c, r, i, v, NULL, w, &sl);
@@ -136,8 +147,8 @@ static int copy_var(dvar_copier *c, dvar_reader *r, size_t i, const dvar_var_inf
 }
 
 /* Plan every variable (*want, malloc'ed) and count the bytes to copy. */
-static int plan(const dvar_reshard_options *o, const dvar_partitioner *part, dvar_reader *r,
-                int64_t **want, uint64_t *total)
+static int plan(const dvar_reshard_options *o, const dvar_partitioner *part, const dvar_op *op,
+                dvar_reader *r, int64_t **want, uint64_t *total)
 {
 	size_t nv = dvar_reader_num_vars(r);
 	unsigned char *used = calloc(o->num_vars + 1, 1);
@@ -152,7 +163,7 @@ static int plan(const dvar_reshard_options *o, const dvar_partitioner *part, dva
 	}
 	for (size_t i = 0; rc == DVAR_OK && i < nv; i++) {
 		if ((rc = dvar_reader_var(r, i, &v)) != DVAR_OK ||
-		    (rc = plan_var(o, part, r, i, &v, used, &(*want)[i])) != DVAR_OK ||
+		    (rc = plan_var(o, part, op, r, i, &v, used, &(*want)[i])) != DVAR_OK ||
 		    v.dtype == DVAR_DTYPE_STRING)
 			continue;
 		/* Resharded: the whole variable; kept: the slices saved. */
@@ -193,14 +204,15 @@ int dvar_reshard(const char *in, const char *out, const dvar_reshard_options *op
 	ro.threads = dvar_op_threads(opts->threads);
 	if ((rc = dvar_reader_open(&r, in, &ro)) != DVAR_OK)
 		return rc;
-	if ((rc = plan(opts, &part, r, &want, &total)) != DVAR_OK)
+	dvar_op_init(&op, &opts->cb, 0);
+	if ((rc = plan(opts, &part, &op, r, &want, &total)) != DVAR_OK)
 		goto done;
+	op.total = total;
 	wo.chunk_size = opts->chunk_size;
 	wo.compress = opts->compress;
 	wo.threads = ro.threads;
 	if ((rc = dvar_writer_open(&w, out, &wo)) != DVAR_OK)
 		goto done;
-	dvar_op_init(&op, &opts->cb, total);
 	dvar_copier_init(&c, &op);
 	for (size_t i = 0; rc == DVAR_OK && i < dvar_reader_num_vars(r); i++) {
 		dvar_var_info v;

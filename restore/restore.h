@@ -101,11 +101,16 @@ void dvar_shard_note(const dvar_op *op, const char *name, const dvar_shape *shap
 /* kind=sharded, shards=n, layout=div on name when n > 1; nothing for n <= 1. */
 int dvar_set_shard_attrs(dvar_writer *w, const char *name, int64_t n);
 
+/* 1 when variable i is a mirrored or sync-on-read variable (kind attribute). */
+int dvar_var_is_replicated(const dvar_reader *r, size_t i);
+
 /*
  * Copy variable i's attributes from r to name in w. n = 0 keeps them all as
  * they are; n >= 1 (the variable is rewritten as n div shards) drops the old
  * layout's and sets n's (for n = 1 a kind=sharded becomes kind=plain, as
- * dvar_save writes a one-shard variable).
+ * dvar_save writes a one-shard variable; for n > 1 a mirrored or
+ * sync-on-read variable becomes kind=sharded without its synchronization,
+ * aggregation and replica check, as dvar_save writes a sharded variable).
  */
 int dvar_copy_attrs(const dvar_reader *r, size_t i, dvar_writer *w, const char *name, int64_t n);
 

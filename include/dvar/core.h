@@ -105,6 +105,24 @@ DVAR_EXTERN(int) dvar_slice_check(const dvar_slice *slice, const dvar_shape *sha
 DVAR_EXTERN(int) dvar_slice_parse(dvar_slice *out, const char *spec, const dvar_shape *full);
 
 /**
+ * Parse NumPy's slice text against a full shape: per dimension "start:stop",
+ * "start:", ":stop", ":" (all of it) or an index i (i:i+1, the dimension
+ * kept), joined by ','; dimensions not given are whole ("5:7" of a [N,8]
+ * table is rows 5 and 6). Negative numbers count from the end, as NumPy's;
+ * unlike NumPy's, a bound outside the dimension is an error (DVAR_ESHAPE),
+ * not clipped, and steps are refused.
+ */
+DVAR_EXTERN(int) dvar_slice_parse_numpy(dvar_slice *out, const char *spec,
+                                        const dvar_shape *full);
+
+/**
+ * Either text: TensorFlow's (dvar_slice_parse) when spec is "" or every
+ * ':'-separated part is "-" or has one ',' and no '-' ("0,2:-", "1,2"),
+ * NumPy's (dvar_slice_parse_numpy) otherwise ("1:3", "0:2,:", "7", "-1,-1").
+ */
+DVAR_EXTERN(int) dvar_slice_parse_any(dvar_slice *out, const char *spec, const dvar_shape *full);
+
+/**
  * Write TensorFlow's slice text into buf: "-" for a dimension the slice
  * covers whole in full (full may be NULL: then every dimension is written as
  * "start,length"). Always NUL-terminates when cap > 0.

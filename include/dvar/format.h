@@ -288,10 +288,15 @@ typedef struct dvar_reader dvar_reader;
  * @param path  a checkpoint directory, or a root holding a `checkpoint`
  *              pointer file (then its latest checkpoint); or a TensorFlow
  *              checkpoint (TensorBundle): its prefix (".../model.ckpt-100",
- *              ".../variables/variables"), or a directory whose TF
- *              `checkpoint` state file names it. docs/FORMAT.md,
- *              "TensorFlow checkpoints", says how one reads as a dvar
- *              checkpoint.
+ *              ".../variables/variables"), its index file
+ *              (".../model.ckpt-100.index"), a directory whose TF
+ *              `checkpoint` state file names it, a SavedModel directory
+ *              (its variables/variables), or a directory holding one
+ *              prefix (a SavedModel's variables/; several are DVAR_EINVAL
+ *              naming them). A root whose pointer names a checkpoint that is
+ *              gone is DVAR_ENOTFOUND naming the ones it holds.
+ *              docs/FORMAT.md, "TensorFlow checkpoints", says how one reads
+ *              as a dvar checkpoint.
  */
 DVAR_EXTERN(int) dvar_reader_open(dvar_reader **out, const char *path,
                                   const dvar_read_options *opts);
@@ -333,6 +338,11 @@ DVAR_EXTERN(int) dvar_reader_var_slice(const dvar_reader *r, size_t i, size_t j,
  * Read any hyperrectangle of variable i into dst (row-major), assembled from
  * whatever slices were saved, reading only the chunks (and, for raw chunks,
  * only the 64 KiB blocks) it needs and verifying each one's checksum.
+ * A TensorFlow tensor has one checksum over all of it: a read of part of
+ * it reads only the bytes from the part's first element to its last and
+ * cannot check them; a read covering the whole tensor (or saved slice)
+ * checks it, as dvar_reader_verify does, and so does a run of reads that
+ * covers it in order, part after part (a tensor walked in pieces).
  * @param slice      NULL for the whole variable
  * @param dst_bytes  the size of dst; must equal the slice's byte count
  * One read at a time per reader.

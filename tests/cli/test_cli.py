@@ -1510,13 +1510,16 @@ class ReshardTest(CliCase, HelperMixin):
         self.assert_same_array(self.cat_npy(dst, "emb"), full)
         # --var overrides --shards; a plain variable sharded with --var.
         dst = self.path("override")
-        self.dvar("reshard", src, dst, "--shards", "2", "--var", "cols=1", "--var", "m=2")
+        _, err = self.dvar("reshard", src, dst, "--shards", "2", "--var", "cols=1", "--var", "m=2")
         after = self.layout(dst)
         self.assert_div_layout(after["emb"], 2, (9, 4))
         self.assertEqual(after["cols"][2:], ([((0, 0), (6, 5))], {}))
+        # A mirrored variable cut into shards is a sharded variable, as dvar_save writes one.
         self.assert_div_layout(after["m"], 2, (2,))
-        self.assertEqual(after["m"][3], {"kind": "sharded", "shards": "2", "layout": "div",
-                                         "synchronization": "ON_WRITE", "aggregation": "NONE"})
+        self.assertEqual(after["m"][3], {"kind": "sharded", "shards": "2", "layout": "div"})
+        self.assertIn("dvar reshard: note: variable 'm' becomes a sharded variable of 2 shards: "
+                      "its synchronization and aggregation (a replicated variable's) are left "
+                      "out\n", err)
         self.assert_same_array(self.cat_npy(dst, "m"), mirrored)
 
     def test_plain_variable_with_var(self):
@@ -1577,6 +1580,13 @@ class ReshardTest(CliCase, HelperMixin):
             dst = self.path(spec.replace(":", "_"))
             self.dvar("reshard", src, dst, "--partitioner", spec)
             self.check_resharded(dst, {"t": t}, {"t": n})
+        # min-size's MAX_SHARDS defaults to 1, as TensorFlow's: a note, not silence.
+        dst = self.path("one")
+        _, err = self.dvar("reshard", src, dst, "--partitioner", "min-size:2K")
+        self.check_resharded(dst, {"t": t}, {"t": 1}, ["t"])
+        self.assertEqual(err, "dvar reshard: note: variable 't': the partitioner 'min-size:2K' "
+                              "gives 1 shard (min-size's MAX_SHARDS defaults to 1, as "
+                              "TensorFlow's)\n")
 
     def test_errors(self):
         src, out = self.errors_source()

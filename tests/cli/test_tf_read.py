@@ -694,6 +694,93 @@ class StateFileTest(TfCase):
             self.assertIn("ckpt-3", err)
 
 
+class TypedPathsTest(TfCase):
+    """The paths people type for a TF checkpoint, and what is said of a broken one."""
+
+    def test_savedmodel_and_index_forms(self):
+        version = self.path("saved", "00000123")
+        os.makedirs(os.path.join(version, "variables"))
+        open(os.path.join(version, "saved_model.pb"), "wb").close()
+        for suffix in (".index", ".data-00000-of-00001"):
+            shutil.copy(os.path.join(FIXTURES, "half_plus_two", "variables" + suffix),
+                        os.path.join(version, "variables", "variables" + suffix))
+        prefix = os.path.join(version, "variables", "variables")
+        for form in (version, os.path.join(version, "variables"), prefix + ".index"):
+            self.assertEqual(self.dvar("cat", form, "b")[0], "2\n", form)
+            self.assertEqual(self.inspect_json(form)["path"], prefix, form)
+        # A CheckpointManager's directory without its state file: by its index file.
+        self.assertEqual(self.dvar("cat", self.tf_pair() + "/model.ckpt-200.index",
+                                   "my_embedding", "--slice", "2,1:-")[0], "[[7, 11]]\n")
+
+    def tf_pair(self):
+        """DIR holding model.ckpt-100 and model.ckpt-200 (embedding), no state file."""
+        d = self.path("train")
+        os.makedirs(d, exist_ok=True)
+        for step in (100, 200):
+            for suffix in (".index", ".data-00000-of-00001"):
+                shutil.copy(os.path.join(FIXTURES, "embedding", "embedding.ckpt" + suffix),
+                            os.path.join(d, "model.ckpt-%d%s" % (step, suffix)))
+        return d
+
+    def test_several_prefixes(self):
+        d = self.tf_pair()
+        for cmd in ("inspect", "verify"):
+            _, err = self.dvar(cmd, d, code=3)
+            self.assertEqual(err, "dvar %s: '%s' holds model.ckpt-100 and model.ckpt-200: give "
+                                  "one, e.g. '%s/model.ckpt-200'\n" % (cmd, d, d))
+
+    def test_dvar_root_with_a_broken_pointer(self):
+        root = self.path("root")
+        for step in (1, 2, 3):
+            self.import_arrays(root, {"w": np.zeros(3, np.float32)}, "--step", str(step))
+        shutil.rmtree(os.path.join(root, "ckpt-3"))
+        with open(os.path.join(root, "checkpoint"), "w") as f:
+            f.write('model_checkpoint_path: "ckpt-4"\n'
+                    'all_model_checkpoint_paths: "ckpt-1"\n'
+                    'all_model_checkpoint_paths: "ckpt-2"\n'
+                    'all_model_checkpoint_paths: "ckpt-4"\n')
+        out, err = self.dvar("ls", root)
+        self.assertEqual(err, "dvar ls: note: the checkpoint file names 'ckpt-4' as latest, but "
+                              "there is no checkpoint directory 'ckpt-4'\n")
+        self.assertEqual([l.split()[1] for l in out.splitlines()[1:]], ["ckpt-1", "ckpt-2"])
+        _, err = self.dvar("inspect", root, code=3)
+        self.assertEqual(err, "dvar inspect: root '%s': its latest checkpoint 'ckpt-4' (named by "
+                              "its checkpoint file) does not exist; it holds ckpt-1 and ckpt-2: "
+                              "give one, e.g. '%s/ckpt-2'\n" % (root, root))
+        self.assertEqual(self.dvar("cat", os.path.join(root, "ckpt-2"), "w")[0], "[0, 0, 0]\n")
+
+
+class PartialReadTest(TfCase):
+    """A slice of a TF tensor reads only its bytes; the tensor's CRC is checked when
+    all of it is read."""
+
+    ROWS, COLS = 512, 64
+
+    def test_slice_of_a_damaged_tensor(self):
+        prefix = self.path("big", "model.ckpt-1")
+        values = np.arange(self.ROWS * self.COLS, dtype="<f4").reshape(self.ROWS, self.COLS)
+        data, = write_bundle(prefix, [("t", "float32", [self.ROWS, self.COLS], values.tobytes())])
+        row = values.itemsize * self.COLS
+        with open(data, "r+b") as f:  # damage row 3
+            f.seek(3 * row + 1)
+            b = f.read(1)
+            f.seek(3 * row + 1)
+            f.write(bytes([b[0] ^ 0x40]))
+        got = np.frombuffer(self.cat_raw(prefix, "t", "--slice", "300,1:-"), "<f4")
+        self.assertEqual(got.tolist(), values[300].tolist())
+        _, err = self.dvar("cat", prefix, "t", "--raw", self.path("all.bin"), code=3)
+        self.assertIn("checksum mismatch", err)
+        # Walked in pieces (as a big tensor is), the parts still add up to the check.
+        _, err = self.dvar("cat", prefix, "t", "--raw", self.path("all.bin"), code=3,
+                           env={"DVAR_CLI_PIECE_BYTES": str(64 * row)})
+        self.assertIn("checksum mismatch", err)
+        self.assertRegex(self.dvar("verify", prefix, code=1)[0], r"1 bad chunk")
+
+    def test_help_says_so(self):
+        out, _ = self.dvar("cat", "--help")
+        self.assertIn("A --slice of a TensorFlow tensor reads only its own bytes", out)
+
+
 # ------------------------------------------------------------ short names
 
 
@@ -795,12 +882,19 @@ class DiffTest(TfCase):
             "only in A: %s" % key("child/z"), "only in A: %s" % key("x"),
             "only in A: %s" % key("y"), "only in B: %s" % key("v"),
             "values differ: %s: 1 of 1 strings" % GRAPH,
+            "    first difference at []: %s... vs %s..." % (
+                cquote(self.graph_bytes("vars_and_arithmetic")[:64]),
+                cquote(self.graph_bytes("two_shards")[:64])),
             "different: 3 only in A, 1 only in B, 0 with another dtype or shape, "
             "1 with other values (of 1 in both)"])
         doc = json.loads(self.dvar("diff", a, b, "--json", code=1)[0])
+        first = doc["variables"][0].pop("first_difference")
         self.assertEqual(doc["variables"], [{
             "name": GRAPH, "status": "values_differ", "dtype_a": "string", "dtype_b": "string",
             "shape_a": [], "shape_b": [], "num_elements": 1, "num_different": 1}])
+        self.assertEqual((first["index"], json_bytes(first["a"]), json_bytes(first["b"])),
+                         ([], self.graph_bytes("vars_and_arithmetic"),
+                          self.graph_bytes("two_shards")))
 
     def test_strings_by_bytes(self):
         a, b = self.path("a", "ckpt"), self.path("b", "ckpt")
@@ -809,7 +903,8 @@ class DiffTest(TfCase):
         write_bundle(b, [("s", "string", [3], [b"hello", b"worle", b""]),
                          ("t", "float32", [1], b"\0\0\0\0"), ("u", "float32", [], b"\0\0\x80\x3f")])
         out, _ = self.dvar("diff", a, b, code=1)
-        self.assertEqual(out.splitlines()[:2], ["values differ: s: 1 of 3 strings",
+        self.assertEqual(out.splitlines()[:3], ["values differ: s: 1 of 3 strings",
+                                                '    first difference at [1]: "world" vs "worle"',
                                                 "dtype differs: t: string vs float32"])
         out, _ = self.dvar("diff", a, a)
         self.assertEqual(out, "identical: 3 variables, 5 elements\n")

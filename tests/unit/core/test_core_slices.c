@@ -241,6 +241,65 @@ static void test_core_slices__parse_errors(void **state)
 	tu_assert_error_contains("slice text is NULL");
 }
 
+struct numpy_case {
+	const char *spec;
+	int64_t start[2], length[2]; /* of a [10,4] table */
+};
+
+/* NumPy's text, and which text dvar_slice_parse_any takes for which. */
+static void test_core_slices__parse_numpy(void **state)
+{
+	static const struct numpy_case ok[] = {
+		{ "3:5", { 3, 0 }, { 2, 4 } },   /* the trailing dimension whole */
+		{ "3:5,:", { 3, 0 }, { 2, 4 } },
+		{ " 2:4 , 1: ", { 2, 1 }, { 2, 3 } },
+		{ ":,3", { 0, 3 }, { 10, 1 } },  /* an index keeps its dimension */
+		{ "-1", { 9, 0 }, { 1, 4 } },
+		{ "-3:-1,:-2", { 7, 0 }, { 2, 2 } },
+		{ "4:4", { 4, 0 }, { 0, 4 } },
+		{ ":", { 0, 0 }, { 10, 4 } },
+	};
+	static const struct error_case bad[] = {
+		{ "5:3", DVAR_ESHAPE, "dimension 0 ('5:3') is not within its size 10" },
+		{ "0:11", DVAR_ESHAPE, "dimension 0 ('0:11') is not within its size 10" },
+		{ "10", DVAR_ESHAPE, "dimension 0 ('10') is not within its size 10" },
+		{ "-11", DVAR_ESHAPE, "dimension 0 ('-11')" },
+		{ "1:2:3", DVAR_EINVAL, "dimension 0 has a step" },
+		{ "1:x", DVAR_EINVAL, "dimension 0 is not NumPy's 'start:stop'" },
+		{ "1:2,,", DVAR_ESHAPE, "has 3 dimensions but the shape [10,4] has 2" },
+		{ ",1", DVAR_EINVAL, "dimension 0 is empty" },
+		{ "99999999999999999999:", DVAR_EINVAL, "overflows 64 bits" },
+	};
+	int64_t dims[2] = { 10, 4 };
+	dvar_shape full = shape_of(2, dims);
+	dvar_slice s, tf;
+
+	(void)state;
+	for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+		if (dvar_slice_parse_any(&s, ok[i].spec, &full) != DVAR_OK)
+			fail_msg("parse '%s': %s", ok[i].spec, dvar_error_last()->message);
+		assert_int_equal(s.rank, 2);
+		for (int d = 0; d < 2; d++) {
+			assert_int_equal(s.start[d], ok[i].start[d]);
+			assert_int_equal(s.length[d], ok[i].length[d]);
+		}
+	}
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		assert_int_equal(dvar_slice_parse_numpy(&s, bad[i].spec, &full), bad[i].code);
+		tu_assert_error_contains(bad[i].message);
+	}
+	/* A '-', or one ',' and no '-', in every ':'-part is TensorFlow's text. */
+	assert_int_equal(dvar_slice_parse_any(&s, "0,2:-", &full), DVAR_OK);
+	assert_int_equal(dvar_slice_parse(&tf, "0,2:-", &full), DVAR_OK);
+	assert_memory_equal(&s, &tf, sizeof s);
+	assert_int_equal(dvar_slice_parse_any(&s, "1,2", &full), DVAR_ESHAPE);
+	tu_assert_error_contains("slice '1,2' has 1 dimension but the shape [10,4] has 2");
+	assert_int_equal(dvar_slice_parse_any(&s, "-1,-1", &full), DVAR_OK);
+	assert_int_equal(s.start[0] * 10 + s.start[1], 93);
+	assert_int_equal(dvar_slice_parse_any(&s, "a,b:-", &full), DVAR_EINVAL);
+	tu_assert_error_contains("is not 'start,length' or '-'");
+}
+
 static void test_core_slices__format_truncates(void **state)
 {
 	const int64_t dims[] = { 40, 30 };
@@ -621,6 +680,7 @@ int main(void)
 		cmocka_unit_test(test_core_slices__parse_format),
 		cmocka_unit_test(test_core_slices__scalar),
 		cmocka_unit_test(test_core_slices__parse_errors),
+		cmocka_unit_test(test_core_slices__parse_numpy),
 		cmocka_unit_test(test_core_slices__format_truncates),
 		cmocka_unit_test(test_core_slices__intersect),
 		cmocka_unit_test(test_core_slices__num_elements),

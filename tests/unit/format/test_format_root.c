@@ -124,7 +124,8 @@ static void test_format_root__bad_pointer(void **state)
 	fputs("model_checkpoint_path: \"ckpt-9\"\n", fp);
 	fclose(fp);
 	assert_int_equal(dvar_reader_open(&r, dir, NULL), DVAR_ENOTFOUND);
-	tu_assert_error_contains("its latest checkpoint 'ckpt-9' does not exist");
+	tu_assert_error_contains("its latest checkpoint 'ckpt-9' (named by its checkpoint file) does "
+	                         "not exist; it holds ckpt-1: give one");
 	/* TensorFlow's own fields are accepted. */
 	fp = fopen(p, "w");
 	fputs("model_checkpoint_path: \"ckpt-1\"\nall_model_checkpoint_paths: \"ckpt-1\"\n"

@@ -1607,8 +1607,12 @@ static void test_format_tf__locate(void **state)
 	assert_int_equal(dvar_tf_locate(prefix, &got), 1);
 	assert_string_equal(got, prefix);
 	free(got);
+	/* A directory of one prefix and no state file: that prefix. */
+	assert_int_equal(dvar_tf_locate(sub, &got), 1);
+	assert_string_equal(got, prefix);
+	free(got);
 	/* Not a bundle: 0, nothing set. */
-	assert_int_equal(dvar_tf_locate(sub, &got), 0);
+	assert_int_equal(dvar_tf_locate(dir, &got), 0);
 	assert_null(got);
 	char *missing = tu_path(dir, "nothing-here");
 	assert_int_equal(dvar_tf_locate(missing, &got), 0);
@@ -1650,6 +1654,7 @@ static void test_format_tf__locate(void **state)
 	assert_int_equal(dvar_tf_locate(sub, &got), DVAR_ENOTFOUND);
 	tu_assert_error_contains("ckpt-7");
 	tu_assert_error_contains("ckpt-7.index");
+	tu_assert_error_contains("the directory holds s");
 	r = NULL;
 	assert_int_equal(dvar_reader_open(&r, sub, NULL), DVAR_ENOTFOUND);
 	assert_null(r);
@@ -1683,10 +1688,12 @@ static void test_format_tf__locate(void **state)
 	free(ck);
 	free(root);
 
-	/* The fixtures by prefix; a fixture directory without a state file is not a bundle. */
-	char *fx = fixture("half_plus_two", NULL);
-	assert_int_equal(dvar_tf_locate(fx, &got), 0);
-	assert_int_not_equal(dvar_reader_open(&r, fx, NULL), DVAR_OK);
+	/* A fixture directory (a SavedModel's variables/) opens its one prefix. */
+	char *fx = fixture("half_plus_two", NULL), *fx_prefix = fixture("half_plus_two", "variables");
+	assert_int_equal(dvar_tf_locate(fx, &got), 1);
+	assert_string_equal(got, fx_prefix);
+	free(got);
+	free(fx_prefix);
 	free(fx);
 
 	/* Data file names. */
@@ -1698,6 +1705,206 @@ static void test_format_tf__locate(void **state)
 	free(dp);
 	free(prefix);
 	free(sub);
+}
+
+/* The paths people type for a TF checkpoint, and the errors that name what is there. */
+static void test_format_tf__locate_typed_paths(void **state)
+{
+	const char *dir = *state;
+	char *got, *text = NULL;
+	/* A SavedModel: DIR/00000123/{saved_model.pb, variables/variables.*}. */
+	char *saved = tu_path(dir, "saved"), *version = tu_path(saved, "00000123");
+	char *vars = tu_path(version, "variables"), *pb = tu_path(version, "saved_model.pb");
+	assert_int_equal(mkdir(saved, 0755), 0);
+	assert_int_equal(mkdir(version, 0755), 0);
+	assert_int_equal(mkdir(vars, 0755), 0);
+	write_text(pb, "");
+	char *prefix = copy_fixture(vars, "half_plus_two", "variables", 1);
+	char *index = NULL;
+	assert_true(asprintf(&index, "%s.index", prefix) > 0);
+	const char *forms[] = { prefix, index, vars, version };
+	for (size_t k = 0; k < sizeof(forms) / sizeof(forms[0]); k++) {
+		assert_int_equal(dvar_tf_locate(forms[k], &got), 1);
+		assert_string_equal(got, prefix);
+		free(got);
+		dvar_reader *r = open_ok(forms[k]);
+		assert_string_equal(dvar_reader_path(r), prefix);
+		assert_true(read_f32(r, "b") == 2.0f);
+		dvar_reader_free(r);
+	}
+	/* The parent of the versions is not a bundle; a file not named .index neither. */
+	assert_int_equal(dvar_tf_locate(saved, &got), 0);
+	assert_int_equal(dvar_tf_locate(pb, &got), 0);
+	assert_null(got);
+
+	/* Several prefixes and no state file: the error names them, by step. */
+	char *multi = tu_path(dir, "multi");
+	assert_int_equal(mkdir(multi, 0755), 0);
+	char *p200 = copy_fixture(multi, "embedding", "embedding.ckpt", 1);
+	char *p100 = tu_path(multi, "model.ckpt-100"), *n200 = tu_path(multi, "model.ckpt-200");
+	for (int f = 0; f < 2; f++) {
+		char *from = NULL, *to = NULL, *to2 = NULL;
+		const char *suffix = f ? ".data-00000-of-00001" : ".index";
+		assert_true(asprintf(&from, "%s%s", p200, suffix) > 0);
+		assert_true(asprintf(&to, "%s%s", p100, suffix) > 0);
+		assert_true(asprintf(&to2, "%s%s", n200, suffix) > 0);
+		copy_file(from, to);
+		assert_int_equal(rename(from, to2), 0);
+		free(from);
+		free(to);
+		free(to2);
+	}
+	assert_int_equal(dvar_tf_locate(multi, &got), DVAR_EINVAL);
+	assert_null(got);
+	assert_true(asprintf(&text, "'%s' holds model.ckpt-100 and model.ckpt-200: give one, e.g. "
+	                     "'%s/model.ckpt-200'", multi, multi) > 0);
+	tu_assert_error_contains(text);
+	free(text);
+	dvar_reader *r = NULL;
+	assert_int_equal(dvar_reader_open(&r, multi, NULL), DVAR_EINVAL);
+	tu_assert_error_contains("holds model.ckpt-100 and model.ckpt-200: give one");
+	assert_null(r);
+	/* Each one by its index file. */
+	assert_true(asprintf(&text, "%s.index", p100) > 0);
+	r = open_ok(text);
+	assert_string_equal(dvar_reader_path(r), p100);
+	dvar_reader_free(r);
+	free(text);
+
+	/* A dvar root whose pointer names a checkpoint that is gone: dvar's terms, and
+	 * the checkpoints it holds. */
+	char *root = tu_path(dir, "root");
+	dvar_write_options o = DVAR_WRITE_OPTIONS_INIT;
+	o.flags = DVAR_WRITE_NO_FSYNC;
+	dvar_shape sh;
+	dvar_shape_init(&sh, 1, (int64_t[]){ 2 });
+	const float two[2] = { 4, 5 };
+	for (int64_t step = 1; step <= 3; step++) {
+		dvar_writer *w;
+		assert_int_equal(dvar_writer_open_step(&w, root, step, &o), DVAR_OK);
+		assert_int_equal(dvar_writer_add(w, "w", DVAR_FLOAT32, &sh, NULL, two), DVAR_OK);
+		assert_int_equal(dvar_writer_commit(w), DVAR_OK);
+		dvar_writer_free(w);
+	}
+	char *ck3 = tu_path(root, "ckpt-3"), *pointer = tu_path(root, "checkpoint");
+	assert_int_equal(dvar_fs_rmtree(ck3), DVAR_OK);
+	write_text(pointer, "model_checkpoint_path: \"ckpt-4\"\nall_model_checkpoint_paths: \"ckpt-1\"\n"
+	                    "all_model_checkpoint_paths: \"ckpt-2\"\nall_model_checkpoint_paths: \"ckpt-4\"\n");
+	assert_int_equal(dvar_tf_locate(root, &got), 0);
+	assert_int_equal(dvar_reader_open(&r, root, NULL), DVAR_ENOTFOUND);
+	assert_true(asprintf(&text, "root '%s': its latest checkpoint 'ckpt-4' (named by its checkpoint "
+	                     "file) does not exist; it holds ckpt-1 and ckpt-2: give one, e.g. "
+	                     "'%s/ckpt-2'", root, root) > 0);
+	tu_assert_error_contains(text);
+	assert_null(strstr(dvar_error_last()->message, ".index"));
+	free(text);
+
+	free(ck3);
+	free(pointer);
+	free(root);
+	free(p100);
+	free(p200);
+	free(n200);
+	free(multi);
+	free(index);
+	free(prefix);
+	free(pb);
+	free(vars);
+	free(version);
+	free(saved);
+}
+
+/* ---------------------------------------------------------------- partial reads */
+
+#define BIG_ROWS 1000
+#define BIG_COLS 256
+
+/* DIR/big: "t", float32 [BIG_ROWS, BIG_COLS], element k = k; returns the prefix. */
+static char *write_big(const char *dir, float **values)
+{
+	char *prefix = tu_path(dir, "big");
+	float *v = malloc(sizeof(float) * BIG_ROWS * BIG_COLS);
+	assert_non_null(v);
+	for (size_t k = 0; k < (size_t)BIG_ROWS * BIG_COLS; k++)
+		v[k] = (float)k;
+	dvar_shape sh;
+	dvar_shape_init(&sh, 2, (int64_t[]){ BIG_ROWS, BIG_COLS });
+	dvar_tf_writer *w;
+	dvar_write_options o = DVAR_WRITE_OPTIONS_INIT;
+	o.flags = DVAR_WRITE_NO_FSYNC;
+	assert_int_equal(dvar_tf_writer_open(&w, prefix, &o), DVAR_OK);
+	assert_int_equal(dvar_tf_writer_add(w, "t", DVAR_FLOAT32, &sh, NULL, v), DVAR_OK);
+	assert_int_equal(dvar_tf_writer_commit(w), DVAR_OK);
+	dvar_tf_writer_free(w);
+	*values = v;
+	return prefix;
+}
+
+/* Rows [first, first + n) of "t" into out, through a fresh count of bytes read. */
+static int read_rows(dvar_reader *r, int64_t first, int64_t n, float *out, uint64_t *bytes)
+{
+	dvar_slice sl = { 2, { first, 0 }, { n, BIG_COLS } };
+	uint64_t before = dvar_reader_bytes_read(r);
+	int rc = dvar_reader_read(r, find_ok(r, "t"), &sl, out, sizeof(float) * (size_t)(n * BIG_COLS));
+	if (bytes)
+		*bytes = dvar_reader_bytes_read(r) - before;
+	return rc;
+}
+
+static void test_format_tf__partial_read(void **state)
+{
+	float *want, *all = malloc(sizeof(float) * BIG_ROWS * BIG_COLS), row[BIG_COLS];
+	char *prefix = write_big(*state, &want), *data = dvar_tf_data_path(prefix, 0, 1);
+	const size_t row_bytes = sizeof(row);
+	uint64_t got;
+	assert_non_null(all);
+	dvar_reader *r = open_ok(prefix);
+	/* One row reads that row's bytes, not the tensor's. */
+	assert_int_equal(read_rows(r, 500, 1, row, &got), DVAR_OK);
+	assert_int_equal(got, row_bytes);
+	assert_memory_equal(row, want + 500 * BIG_COLS, row_bytes);
+	/* A column reads the span from its first element to its last. */
+	float col[BIG_ROWS];
+	dvar_slice sl = { 2, { 0, 7 }, { BIG_ROWS, 1 } };
+	uint64_t before = dvar_reader_bytes_read(r);
+	assert_int_equal(dvar_reader_read(r, find_ok(r, "t"), &sl, col, sizeof(col)), DVAR_OK);
+	assert_int_equal(dvar_reader_bytes_read(r) - before, sizeof(float) * ((BIG_ROWS - 1) * BIG_COLS + 1));
+	for (int k = 0; k < BIG_ROWS; k++)
+		assert_true(col[k] == want[k * BIG_COLS + 7]);
+	/* Whole, and in order in two parts. */
+	assert_int_equal(read_rows(r, 0, BIG_ROWS, all, &got), DVAR_OK);
+	assert_int_equal(got, sizeof(float) * BIG_ROWS * BIG_COLS);
+	assert_memory_equal(all, want, got);
+	assert_int_equal(read_rows(r, 0, 400, all, NULL), DVAR_OK);
+	assert_int_equal(read_rows(r, 400, BIG_ROWS - 400, all + 400 * BIG_COLS, NULL), DVAR_OK);
+	assert_memory_equal(all, want, sizeof(float) * BIG_ROWS * BIG_COLS);
+	dvar_reader_free(r);
+
+	/* A damaged byte in row 10: a read of row 500 cannot see it (the CRC covers
+	 * the whole tensor); a whole read, parts read in order and verify do. */
+	flip_byte(data, 10 * (off_t)row_bytes + 3);
+	r = open_ok(prefix);
+	assert_int_equal(read_rows(r, 500, 1, row, &got), DVAR_OK);
+	assert_int_equal(got, row_bytes);
+	assert_memory_equal(row, want + 500 * BIG_COLS, row_bytes);
+	assert_int_equal(read_rows(r, 0, BIG_ROWS, all, NULL), DVAR_ECORRUPT);
+	tu_assert_error_contains("variable 't'");
+	tu_assert_error_contains("checksum mismatch");
+	assert_int_equal(read_rows(r, 0, 400, all, NULL), DVAR_OK);
+	assert_int_equal(read_rows(r, 400, 600, all + 400 * BIG_COLS, NULL), DVAR_ECORRUPT);
+	tu_assert_error_contains("checksum mismatch");
+	tu_assert_error_contains("over the parts read in order");
+	/* Parts out of order check nothing, and fail nothing. */
+	assert_int_equal(read_rows(r, 400, 600, all + 400 * BIG_COLS, NULL), DVAR_OK);
+	assert_int_equal(read_rows(r, 0, 400, all, NULL), DVAR_OK);
+	uint64_t bad = 0;
+	assert_int_equal(dvar_reader_verify(r, NULL, NULL, &bad), DVAR_OK);
+	assert_int_equal(bad, 1);
+	dvar_reader_free(r);
+	free(data);
+	free(prefix);
+	free(want);
+	free(all);
 }
 
 int main(void)
@@ -1727,6 +1934,9 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_format_tf__fuzz_open, tu_setup_dir, tu_teardown_dir),
 		cmocka_unit_test_setup_teardown(test_format_tf__snappy_index, tu_setup_dir, tu_teardown_dir),
 		cmocka_unit_test_setup_teardown(test_format_tf__locate, tu_setup_dir, tu_teardown_dir),
+		cmocka_unit_test_setup_teardown(test_format_tf__locate_typed_paths, tu_setup_dir,
+		                                tu_teardown_dir),
+		cmocka_unit_test_setup_teardown(test_format_tf__partial_read, tu_setup_dir, tu_teardown_dir),
 	};
 	return cmocka_run_group_tests_name("format/tf", tests, NULL, NULL);
 }

@@ -229,6 +229,67 @@ static void test_reshard_errors(void **state)
 	free(out);
 }
 
+static void take_note(void *userdata, const char *message)
+{
+	char *notes = userdata;
+	size_t used = strlen(notes);
+	snprintf(notes + used, 4096 - used, "%s\n", message);
+}
+
+/* A mirrored variable cut into shards becomes a sharded one (as dvar_save
+ * writes it), with a note; into one shard it stays as it was. */
+static void test_reshard_replicated(void **state)
+{
+	const char *dir = *state;
+	static const int64_t dims[] = { 6, 2 };
+	char *in = tu_path(dir, "in"), *out = tu_path(dir, "out"), *one = tu_path(dir, "one");
+	char notes[4096] = "";
+	dvar_writer *w = NULL;
+	tu_array v;
+
+	tu_array_make(&v, "m", DVAR_FLOAT32, 2, dims, 9);
+	assert_int_equal(dvar_writer_open(&w, in, NULL), DVAR_OK);
+	assert_int_equal(dvar_writer_add(w, "m", v.dtype, &v.shape, NULL, v.data), DVAR_OK);
+	assert_int_equal(dvar_writer_set_attr(w, "m", DVAR_STORE_ATTR_KIND, DVAR_KIND_MIRRORED),
+	                 DVAR_OK);
+	assert_int_equal(dvar_writer_set_attr(w, "m", DVAR_STORE_ATTR_SYNCHRONIZATION,
+	                                      DVAR_SYNC_NAME_ON_WRITE), DVAR_OK);
+	assert_int_equal(dvar_writer_set_attr(w, "m", DVAR_STORE_ATTR_AGGREGATION,
+	                                      DVAR_AGG_NAME_NONE), DVAR_OK);
+	assert_int_equal(dvar_writer_set_attr(w, "m", "note", "kept"), DVAR_OK);
+	assert_int_equal(dvar_writer_commit(w), DVAR_OK);
+	dvar_writer_free(w);
+
+	dvar_reshard_options ro = DVAR_RESHARD_OPTIONS_INIT;
+	dvar_shard_count three = { "m", 3 };
+	ro.vars = &three;
+	ro.num_vars = 1;
+	ro.cb.note = take_note;
+	ro.cb.note_userdata = notes;
+	assert_int_equal(dvar_reshard(in, out, &ro), DVAR_OK);
+	assert_non_null(strstr(notes, "variable 'm' becomes a sharded variable of 3 shards"));
+	dvar_reader *r = NULL;
+	assert_int_equal(dvar_reader_open(&r, out, NULL), DVAR_OK);
+	assert_int_equal(dvar_reader_var_num_attrs(r, 0), 4);
+	assert_string_equal(attr(r, "m", DVAR_STORE_ATTR_KIND), DVAR_KIND_SHARDED);
+	assert_string_equal(attr(r, "m", DVAR_SHARDING_ATTR_SHARDS), "3");
+	assert_string_equal(attr(r, "m", "note"), "kept");
+	assert_null(attr(r, "m", DVAR_STORE_ATTR_SYNCHRONIZATION));
+	dvar_reader_free(r);
+	tu_assert_ckpt_holds(out, &v, 1);
+
+	three.shards = 1;
+	assert_int_equal(dvar_reshard(in, one, &ro), DVAR_OK);
+	assert_int_equal(dvar_reader_open(&r, one, NULL), DVAR_OK);
+	assert_string_equal(attr(r, "m", DVAR_STORE_ATTR_KIND), DVAR_KIND_MIRRORED);
+	assert_string_equal(attr(r, "m", DVAR_STORE_ATTR_AGGREGATION), DVAR_AGG_NAME_NONE);
+	dvar_reader_free(r);
+	tu_arrays_free(&v, 1);
+	free(in);
+	free(out);
+	free(one);
+}
+
 /* --------------------------------------------------------------- export */
 
 /* The safetensors file at path, parsed as the specification says. */
@@ -629,6 +690,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_reshard_every_n_to_m, tu_setup_dir, tu_teardown_dir),
 		cmocka_unit_test_setup_teardown(test_reshard_many_shards, tu_setup_dir, tu_teardown_dir),
 		cmocka_unit_test_setup_teardown(test_reshard_errors, tu_setup_dir, tu_teardown_dir),
+		cmocka_unit_test_setup_teardown(test_reshard_replicated, tu_setup_dir, tu_teardown_dir),
 		cmocka_unit_test_setup_teardown(test_export_formats, tu_setup_dir, tu_teardown_dir),
 		cmocka_unit_test_setup_teardown(test_export_names, tu_setup_dir, tu_teardown_dir),
 		cmocka_unit_test_setup_teardown(test_round_trips, tu_setup_dir, tu_teardown_dir),
