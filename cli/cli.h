@@ -307,13 +307,13 @@ int cli_dtype_numeric(int dtype);
 int cli_error_dtype(const char *cmd, const char *name, int dtype);
 
 /*
- * Find variable name: its full name, or with short_names set the one
- * variable whose short name it is. Returns CLI_EXIT_OK with *out, or an
- * exit code after reporting (not found; a short name without
- * --short-names, saying what it would name; a short name of several).
+ * Find variable name: its full name; else the one variable whose TF2 short
+ * name it is; else, for a full TF key, the variable stored under its short
+ * name (an export with --short-names). Returns CLI_EXIT_OK with *out, or an
+ * exit code after reporting (not found, with the nearest names; a short
+ * name of several variables).
  */
-int cli_find_var(const char *cmd, const dvar_reader *r, const char *name, int short_names,
-                 size_t *out);
+int cli_find_var(const char *cmd, const dvar_reader *r, const char *name, size_t *out);
 
 /*
  * String tensor i (n elements) read whole: *lens (n lengths) and *bytes

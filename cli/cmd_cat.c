@@ -53,8 +53,9 @@ static const cli_opt opts[] = {
 	  "replace an existing --npy/--raw FILE; print more than 10000\n"
 	  "elements as text or JSON" },
 	{ CLI_OPT_SWITCH, "short-names", NULL, &short_names, 1, 0,
-	  "NAME may be a TF2 short name (see 'dvar help inspect');\n"
-	  "--json shows it" },
+	  "show the variable by its TF2 short name in --json (NAME may be\n"
+	  "a short name that names one variable either way; see\n"
+	  "'dvar help inspect')" },
 	CLI_PROGRESS_OPTS(&progress),
 	{ CLI_OPT_END, NULL, NULL, NULL, 0, 0, NULL }
 };
@@ -583,7 +584,7 @@ int cmd_cat(int argc, char **argv)
 	}
 	if (dvar_reader_open(&r, path, NULL) != DVAR_OK)
 		return cli_error_dvar("cat");
-	if ((rc = cli_find_var("cat", r, var_name, short_names, &i)) != CLI_EXIT_OK)
+	if ((rc = cli_find_var("cat", r, var_name, &i)) != CLI_EXIT_OK)
 		goto done;
 	if (dvar_reader_var(r, i, &v) != DVAR_OK) {
 		rc = cli_error_dvar("cat");

@@ -142,7 +142,7 @@ int cmd_digest(int argc, char **argv)
 	for (rc = CLI_EXIT_OK; n < want && rc == CLI_EXIT_OK; n++) {
 		i = n;
 		if (names.n)
-			rc = cli_find_var("digest", r, names.v[n], short_names, &i);
+			rc = cli_find_var("digest", r, names.v[n], &i);
 		if (rc == CLI_EXIT_OK)
 			rc = fill_row(r, i, &rows[n]);
 	}

@@ -36,8 +36,7 @@ int cli_error_dtype(const char *cmd, const char *name, int dtype)
 	                      "for: its values cannot be read", name, dtype);
 }
 
-int cli_find_var(const char *cmd, const dvar_reader *r, const char *name, int short_names,
-                 size_t *out)
+int cli_find_var(const char *cmd, const dvar_reader *r, const char *name, size_t *out)
 {
 	dvar_var_info v;
 	size_t match = SIZE_MAX, count = 0;
@@ -45,6 +44,16 @@ int cli_find_var(const char *cmd, const dvar_reader *r, const char *name, int sh
 	if (dvar_reader_find(r, name, out) == DVAR_OK)
 		return CLI_EXIT_OK;
 	char *message = strdup(cli_dvar_message());
+	/* A full TF key where its short name is stored (an export with
+	 * --short-names): the one variable it can mean. */
+	char *shortened = dvar_short_name(name);
+	int found = shortened && strcmp(shortened, name) != 0 &&
+	            dvar_reader_find(r, shortened, out) == DVAR_OK;
+	dvar_free(shortened);
+	if (found) {
+		free(message);
+		return CLI_EXIT_OK;
+	}
 	if (!message)
 		return cli_error(cmd, "out of memory");
 	cli_suggest sg;
@@ -65,11 +74,10 @@ int cli_find_var(const char *cmd, const dvar_reader *r, const char *name, int sh
 		dvar_free(s);
 	}
 	int rc = CLI_EXIT_OK;
-	if (count == 1 && dvar_reader_var(r, match, &v) == DVAR_OK) {
-		if (short_names)
-			*out = match;
-		else
-			rc = cli_error(cmd, "%s; with --short-names, '%s' names '%s'", message, name, v.name);
+	/* A short name names its variable, with or without --short-names, when
+	 * it names one. */
+	if (count == 1) {
+		*out = match;
 	} else if (count > 1) {
 		rc = cli_error(cmd, "%s; '%s' is the short name of %zu variables: give the full name",
 		               message, name, count);
