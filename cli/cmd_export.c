@@ -19,6 +19,7 @@ static int drop_optimizer;
 static int short_names;
 static uint64_t chunk_size;
 static int progress = -1;
+static int quiet;
 static int force;
 
 static const cli_opt opts[] = {
@@ -56,6 +57,10 @@ static const cli_opt opts[] = {
 	{ CLI_OPT_SWITCH, "force", NULL, &force, 1, 0,
 	  "replace an existing OUT: the new one is written fully first,\n"
 	  "then swapped in, and only then the old one removed" },
+	{ CLI_OPT_SWITCH, "quiet", NULL, &quiet, 1, 0,
+	  "no progress and no summary line (on a terminal, a successful run\n"
+	  "ends with one: what was written, how many variables and bytes, how\n"
+	  "long it took)" },
 	CLI_PROGRESS_OPTS(&progress),
 	{ CLI_OPT_END, NULL, NULL, NULL, 0, 0, NULL }
 };
@@ -144,7 +149,7 @@ static int check_options(dvar_export_options *eo)
 int cmd_export(int argc, char **argv)
 {
 	dvar_export_options eo = DVAR_EXPORT_OPTIONS_INIT;
-	cli_progress pr;
+	cli_op op;
 	int rc = cli_parse(&usage, argc, argv);
 
 	if (rc != CLI_CONTINUE)
@@ -154,13 +159,13 @@ int cmd_export(int argc, char **argv)
 	cli_output out;
 	if ((rc = cli_output_begin(&out, "export", out_path, eo.format == DVAR_EXPORT_TF, force)))
 		return rc;
-	cli_op_callbacks(&eo.cb, "export", &pr, progress);
+	cli_op_begin(&op, &eo.cb, "export", progress, quiet);
 	if (dvar_export(in_path, out.target, &eo) == DVAR_OK) {
 		rc = cli_output_commit(&out, "export");
 	} else {
 		rc = cli_error_dvar("export");
 		cli_output_abort(&out);
 	}
-	cli_progress_end(&pr);
+	cli_op_end(&op, rc, out_path);
 	return rc;
 }

@@ -18,6 +18,7 @@ static int64_t step = -1;
 static int64_t keep = -1;
 static cli_args shard_opts;
 static int progress = -1;
+static int quiet;
 static int force;
 
 static const cli_opt opts[] = {
@@ -46,6 +47,10 @@ static const cli_opt opts[] = {
 	{ CLI_OPT_SWITCH, "force", NULL, &force, 1, 0,
 	  "replace an existing OUT (not with --step): the new one is written\n"
 	  "fully first, then swapped in, and only then the old one removed" },
+	{ CLI_OPT_SWITCH, "quiet", NULL, &quiet, 1, 0,
+	  "no progress and no summary line (on a terminal, a successful run\n"
+	  "ends with one: what was written, how many variables and bytes, how\n"
+	  "long it took)" },
 	CLI_PROGRESS_OPTS(&progress),
 	{ CLI_OPT_END, NULL, NULL, NULL, 0, 0, NULL }
 };
@@ -139,7 +144,7 @@ static int check_options(dvar_import_options *o)
 int cmd_import(int argc, char **argv)
 {
 	dvar_import_options o = DVAR_IMPORT_OPTIONS_INIT;
-	cli_progress pr;
+	cli_op op;
 	int rc = cli_parse(&usage, argc, argv);
 
 	if (rc != CLI_CONTINUE)
@@ -159,15 +164,14 @@ int cmd_import(int argc, char **argv)
 	cli_output out = { out_path, out_path, NULL, 0 };
 	if (step < 0 && (rc = cli_output_begin(&out, "import", out_path, 0, force)) != 0)
 		goto done;
-	cli_op_callbacks(&o.cb, "import", &pr, progress);
-	rc = dvar_import(out.target, srcs, (size_t)pairs.n, &o);
-	cli_progress_end(&pr);
-	if (rc == DVAR_OK) {
+	cli_op_begin(&op, &o.cb, "import", progress, quiet);
+	if (dvar_import(out.target, srcs, (size_t)pairs.n, &o) == DVAR_OK) {
 		rc = cli_output_commit(&out, "import");
 	} else {
 		rc = cli_error_dvar("import");
 		cli_output_abort(&out);
 	}
+	cli_op_end(&op, rc, out_path);
 done:
 	free(counts);
 	free(srcs);

@@ -17,6 +17,7 @@ static const char *partitioner_text;
 static const char *compress = "auto";
 static uint64_t chunk_size;
 static int progress = -1;
+static int quiet;
 static int force;
 
 static const cli_opt opts[] = {
@@ -44,6 +45,10 @@ static const cli_opt opts[] = {
 	{ CLI_OPT_SWITCH, "force", NULL, &force, 1, 0,
 	  "replace an existing OUT: the new one is written fully first,\n"
 	  "then swapped in, and only then the old one removed" },
+	{ CLI_OPT_SWITCH, "quiet", NULL, &quiet, 1, 0,
+	  "no progress and no summary line (on a terminal, a successful run\n"
+	  "ends with one: what was written, how many variables and bytes, how\n"
+	  "long it took)" },
 	CLI_PROGRESS_OPTS(&progress),
 	{ CLI_OPT_END, NULL, NULL, NULL, 0, 0, NULL }
 };
@@ -126,7 +131,7 @@ static int check_options(dvar_reshard_options *ro, dvar_shard_count *rules)
 int cmd_reshard(int argc, char **argv)
 {
 	dvar_reshard_options ro = DVAR_RESHARD_OPTIONS_INIT;
-	cli_progress pr;
+	cli_op op;
 	int rc = cli_parse(&usage, argc, argv);
 
 	if (rc != CLI_CONTINUE)
@@ -137,14 +142,14 @@ int cmd_reshard(int argc, char **argv)
 	cli_output out;
 	if ((rc = check_options(&ro, rules)) == 0 &&
 	    (rc = cli_output_begin(&out, "reshard", out_path, 0, force)) == 0) {
-		cli_op_callbacks(&ro.cb, "reshard", &pr, progress);
+		cli_op_begin(&op, &ro.cb, "reshard", progress, quiet);
 		if (dvar_reshard(in_path, out.target, &ro) == DVAR_OK) {
 			rc = cli_output_commit(&out, "reshard");
 		} else {
 			rc = cli_error_dvar("reshard");
 			cli_output_abort(&out);
 		}
-		cli_progress_end(&pr);
+		cli_op_end(&op, rc, out_path);
 	}
 	free(rules);
 	return rc;

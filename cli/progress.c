@@ -89,23 +89,50 @@ static void on_signal(int sig)
 
 static void print_note(void *userdata, const char *message)
 {
-	fprintf(stderr, "dvar %s: note: %s\n", (const char *)userdata, message);
+	fprintf(stderr, "dvar %s: note: %s\n", ((const cli_op *)userdata)->cmd, message);
 }
 
-void cli_op_callbacks(dvar_callbacks *cb, const char *cmd, cli_progress *pr, int mode)
+static void count_written(void *userdata, const char *name, uint64_t bytes)
+{
+	cli_op *op = userdata;
+
+	(void)name;
+	op->vars++;
+	op->bytes += bytes;
+}
+
+void cli_op_begin(cli_op *op, dvar_callbacks *cb, const char *cmd, int progress, int quiet)
 {
 	struct sigaction sa;
 
-	cli_progress_init(pr, cmd, mode, 0);
+	memset(op, 0, sizeof(*op));
+	op->cmd = cmd;
+	op->quiet = quiet;
+	op->start = now();
+	cli_progress_init(&op->pr, cmd, progress, quiet);
 	memset(cb, 0, sizeof(*cb));
 	cb->progress = cli_progress_update;
-	cb->progress_userdata = pr;
+	cb->progress_userdata = &op->pr;
 	cb->note = print_note;
-	cb->note_userdata = (void *)cmd;
+	cb->note_userdata = op;
+	cb->written = count_written;
+	cb->written_userdata = op;
 	cb->cancel = &cancelled;
 	memset(&sa, 0, sizeof(sa));
 	sa.sa_handler = on_signal;
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
+}
+
+void cli_op_end(cli_op *op, int rc, const char *out)
+{
+	char size[32];
+
+	cli_progress_end(&op->pr);
+	if (rc != CLI_EXIT_OK || op->quiet || !isatty(STDERR_FILENO))
+		return;
+	cli_format_bytes(size, sizeof(size), op->bytes);
+	fprintf(stderr, "dvar %s: wrote '%s': %llu variable%s, %s in %.2f s\n", op->cmd, out,
+	        (unsigned long long)op->vars, op->vars == 1 ? "" : "s", size, now() - op->start);
 }

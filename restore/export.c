@@ -54,6 +54,16 @@ static int keep_shards(const exporter *e)
 	return e->format == DVAR_EXPORT_TF && (e->o->flags & DVAR_EXPORT_KEEP_SHARDS);
 }
 
+/* Variable i (described by v) is complete in the output: tell the caller. */
+static void written(const exporter *e, size_t i, const dvar_var_info *v)
+{
+	uint64_t bytes = v->raw_bytes;
+
+	if (v->dtype != DVAR_DTYPE_STRING)
+		dvar_shape_num_bytes(&v->shape, v->dtype, &bytes);
+	dvar_op_written(&e->op, e->items[i].name, bytes);
+}
+
 /* ------------------------------------------------------------- options */
 
 int dvar_export_options_init(dvar_export_options *opts, unsigned int version)
@@ -374,6 +384,8 @@ static int export_dvar(exporter *e)
 		if (rc == DVAR_OK)
 			rc = dvar_copy_attrs(e->r, i, w, e->items[i].name,
 			                     dvar_var_is_sharded(e->r, i) ? 1 : 0);
+		if (rc == DVAR_OK)
+			written(e, i, &v);
 	}
 	if (rc == DVAR_OK && (rc = dvar_op_check(&e->op, e->out)) == DVAR_OK)
 		rc = dvar_writer_commit(w);
@@ -546,8 +558,9 @@ static int st_write(exporter *e, sink *s)
 		rc = to_file(s, hdr, hlen);
 	free(hdr);
 	for (size_t i = 0; rc == DVAR_OK && i < e->n; i++)
-		if (!e->items[i].skip && (rc = dvar_reader_var(e->r, i, &v)) == DVAR_OK)
-			rc = write_full(e, i, &v, s, 0);
+		if (!e->items[i].skip && (rc = dvar_reader_var(e->r, i, &v)) == DVAR_OK &&
+		    (rc = write_full(e, i, &v, s, 0)) == DVAR_OK)
+			written(e, i, &v);
 	return rc;
 }
 
@@ -600,7 +613,8 @@ static int npy_files(exporter *e, const char *dir)
 			rc = to_file(&s, hdr, hlen);
 			if (rc == DVAR_OK)
 				rc = write_full(e, i, &v, &s, 1);
-			rc = close_file(&s, rc);
+			if ((rc = close_file(&s, rc)) == DVAR_OK)
+				written(e, i, &v);
 		}
 		free(path);
 		free(shown);
@@ -744,9 +758,12 @@ static int export_tf(exporter *e)
 	dvar_tf_writer *w = NULL;
 	int rc = dvar_tf_writer_open(&w, e->out, NULL);
 
-	for (size_t i = 0; rc == DVAR_OK && i < e->n; i++)
-		if (!e->items[i].skip)
-			rc = tf_var(e, i, w);
+	for (size_t i = 0; rc == DVAR_OK && i < e->n; i++) {
+		dvar_var_info v;
+		if (!e->items[i].skip && (rc = tf_var(e, i, w)) == DVAR_OK &&
+		    (rc = dvar_reader_var(e->r, i, &v)) == DVAR_OK)
+			written(e, i, &v);
+	}
 	if (rc == DVAR_OK && (rc = dvar_op_check(&e->op, e->out)) == DVAR_OK)
 		rc = dvar_tf_writer_commit(w);
 	dvar_tf_writer_free(w);

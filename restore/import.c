@@ -381,6 +381,8 @@ static int write_array(importer *im, dvar_writer *w, feed *f, const array *a)
 	}
 	if (rc == DVAR_OK)
 		rc = dvar_set_shard_attrs(w, a->name, n);
+	if (rc == DVAR_OK)
+		dvar_op_written(&im->op, a->name, a->bytes);
 	return rc;
 }
 

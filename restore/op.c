@@ -32,6 +32,12 @@ void dvar_op_advance(dvar_op *op, uint64_t bytes)
 		op->cb.progress(op->cb.progress_userdata, op->done, op->total);
 }
 
+void dvar_op_written(const dvar_op *op, const char *name, uint64_t bytes)
+{
+	if (op->cb.written)
+		op->cb.written(op->cb.written_userdata, name, bytes);
+}
+
 void dvar_op_note(const dvar_op *op, const char *fmt, ...)
 {
 	char msg[DVAR_ERROR_MESSAGE_MAX];

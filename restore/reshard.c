@@ -143,6 +143,8 @@ static int copy_var(dvar_copier *c, dvar_reader *r, size_t i, const dvar_var_inf
 	}
 	if (rc == DVAR_OK)
 		rc = dvar_copy_attrs(r, i, w, v->name, want ? n : 0);
+	if (rc == DVAR_OK)
+		dvar_op_written(c->op, v->name, v->raw_bytes);
 	return rc;
 }
 

@@ -45,6 +45,9 @@ int dvar_op_check(const dvar_op *op, const char *what);
 /* bytes more are done: report progress (after every piece). */
 void dvar_op_advance(dvar_op *op, uint64_t bytes);
 
+/* Variable name (as written) is complete with bytes of value: tell the caller. */
+void dvar_op_written(const dvar_op *op, const char *name, uint64_t bytes);
+
 /* A note for the caller's note callback (printf-formatted); nothing without one. */
 void dvar_op_note(const dvar_op *op, const char *fmt, ...) DVAR_PRINTF(2, 3);
 

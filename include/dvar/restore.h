@@ -91,6 +91,13 @@ DVAR_EXTERN(int) dvar_restore(dvar_strategy *s, const char *path, dvar_variable 
 typedef void (*dvar_note_fn)(void *userdata, const char *message);
 
 /**
+ * One variable written, under the name it has in the output, with the raw
+ * bytes of its value. Called from the thread that started the operation,
+ * after the variable is complete (the output itself appears only at the end).
+ */
+typedef void (*dvar_written_fn)(void *userdata, const char *name, uint64_t bytes);
+
+/**
  * What every offline operation reports to, and is stopped by. A zeroed
  * struct reports nothing and is never cancelled.
  */
@@ -102,6 +109,9 @@ typedef struct {
 	/** Notes (NULL: none are reported). */
 	dvar_note_fn note;
 	void *note_userdata;
+	/** Each variable written (NULL: not reported). */
+	dvar_written_fn written;
+	void *written_userdata;
 	/** When set and *cancel becomes non-zero (a signal handler may set it),
 	 *  the operation stops at its next piece, removes what it wrote and
 	 *  returns DVAR_ECANCELED. */

@@ -1868,6 +1868,28 @@ class ExportTest(CliCase, HelperMixin):
                            code=3)
         self.assertIn("no variable of checkpoint '%s' starts with 'nope'" % src, err)
 
+    def test_summary_line_on_a_terminal(self):
+        a = np.arange(12, dtype=np.float32).reshape(4, 3)
+        npy = self.path("a.npy")
+        np.save(npy, a)
+        runs = [
+            (["import", self.path("ckpt"), "a=" + npy, "--shards", "a=2"], "import", "ckpt"),
+            (["reshard", self.path("ckpt"), self.path("r"), "--shards", "3"], "reshard", "r"),
+            (["export", self.path("ckpt"), self.path("m.safetensors")], "export", "m.safetensors"),
+        ]
+        for args, cmd, out in runs:
+            with self.subTest(cmd=cmd):
+                code, _, err = run_with_tty_stderr([DVAR] + args)
+                self.assertEqual(code, 0, err)
+                self.assertRegex(err.decode(), r"^dvar %s: wrote '%s': 1 variable, 48 B in "
+                                 r"[0-9.]+ s\r?\n$" % (cmd, re.escape(self.path(out))))
+        code, _, err = run_with_tty_stderr([DVAR, "export", self.path("ckpt"),
+                                            self.path("q.safetensors"), "--quiet"])
+        self.assertEqual((code, err), (0, b""))
+        # Not a terminal: nothing.
+        _, err = self.dvar("export", self.path("ckpt"), self.path("n.safetensors"))
+        self.assertEqual(err, "")
+
     def umask(self):
         mask = os.umask(0)
         os.umask(mask)
