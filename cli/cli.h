@@ -212,9 +212,7 @@ typedef struct {
  */
 void cli_op_begin(cli_op *op, dvar_callbacks *cb, const char *cmd, int progress, int quiet);
 
-/* End the progress line; after a success (rc CLI_EXIT_OK), one line on a
- * terminal, unless quiet: "dvar export: wrote 'OUT': 9 variables, 1.2 MiB in 0.31 s". */
-void cli_op_end(cli_op *op, int rc, const char *out);
+
 
 /* ------------------------------------------------------------------ JSON */
 
@@ -289,6 +287,14 @@ int cli_output_begin(cli_output *o, const char *cmd, const char *out, int tf, in
 int cli_output_commit(cli_output *o, const char *cmd);
 /* After the library failed (it leaves nothing at target). */
 void cli_output_abort(cli_output *o);
+
+/*
+ * After the library call of op returned status: the new output committed
+ * (or the error reported and the attempt abandoned), the progress line
+ * ended and, after a success, one line on a terminal unless quiet ("dvar
+ * export: wrote 'OUT': 9 variables, 1.2 MiB in 0.31 s"). Returns the exit code.
+ */
+int cli_op_finish(cli_op *op, cli_output *out, int status);
 
 /* ----------------------------------------------------------------- walk */
 

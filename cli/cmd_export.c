@@ -160,12 +160,6 @@ int cmd_export(int argc, char **argv)
 	if ((rc = cli_output_begin(&out, "export", out_path, eo.format == DVAR_EXPORT_TF, force)))
 		return rc;
 	cli_op_begin(&op, &eo.cb, "export", progress, quiet);
-	if (dvar_export(in_path, out.target, &eo) == DVAR_OK) {
-		rc = cli_output_commit(&out, "export");
-	} else {
-		rc = cli_error_dvar("export");
-		cli_output_abort(&out);
-	}
-	cli_op_end(&op, rc, out_path);
+	rc = cli_op_finish(&op, &out, dvar_export(in_path, out.target, &eo));
 	return rc;
 }

@@ -165,13 +165,7 @@ int cmd_import(int argc, char **argv)
 	if (step < 0 && (rc = cli_output_begin(&out, "import", out_path, 0, force)) != 0)
 		goto done;
 	cli_op_begin(&op, &o.cb, "import", progress, quiet);
-	if (dvar_import(out.target, srcs, (size_t)pairs.n, &o) == DVAR_OK) {
-		rc = cli_output_commit(&out, "import");
-	} else {
-		rc = cli_error_dvar("import");
-		cli_output_abort(&out);
-	}
-	cli_op_end(&op, rc, out_path);
+	rc = cli_op_finish(&op, &out, dvar_import(out.target, srcs, (size_t)pairs.n, &o));
 done:
 	free(counts);
 	free(srcs);

@@ -143,13 +143,7 @@ int cmd_reshard(int argc, char **argv)
 	if ((rc = check_options(&ro, rules)) == 0 &&
 	    (rc = cli_output_begin(&out, "reshard", out_path, 0, force)) == 0) {
 		cli_op_begin(&op, &ro.cb, "reshard", progress, quiet);
-		if (dvar_reshard(in_path, out.target, &ro) == DVAR_OK) {
-			rc = cli_output_commit(&out, "reshard");
-		} else {
-			rc = cli_error_dvar("reshard");
-			cli_output_abort(&out);
-		}
-		cli_op_end(&op, rc, out_path);
+		rc = cli_op_finish(&op, &out, dvar_reshard(in_path, out.target, &ro));
 	}
 	free(rules);
 	return rc;

@@ -125,14 +125,22 @@ void cli_op_begin(cli_op *op, dvar_callbacks *cb, const char *cmd, int progress,
 	sigaction(SIGTERM, &sa, NULL);
 }
 
-void cli_op_end(cli_op *op, int rc, const char *out)
+int cli_op_finish(cli_op *op, cli_output *out, int status)
 {
 	char size[32];
+	int rc;
 
+	if (status == DVAR_OK) {
+		rc = cli_output_commit(out, op->cmd);
+	} else {
+		rc = cli_error_dvar(op->cmd);
+		cli_output_abort(out);
+	}
 	cli_progress_end(&op->pr);
 	if (rc != CLI_EXIT_OK || op->quiet || !isatty(STDERR_FILENO))
-		return;
+		return rc;
 	cli_format_bytes(size, sizeof(size), op->bytes);
-	fprintf(stderr, "dvar %s: wrote '%s': %llu variable%s, %s in %.2f s\n", op->cmd, out,
+	fprintf(stderr, "dvar %s: wrote '%s': %llu variable%s, %s in %.2f s\n", op->cmd, out->out,
 	        (unsigned long long)op->vars, op->vars == 1 ? "" : "s", size, now() - op->start);
+	return rc;
 }
