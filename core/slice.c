@@ -156,19 +156,36 @@ static int parse_extent(const char *spec, int32_t d, const char *p, const char *
 	                      spec, (int)d);
 }
 
-int dvar_slice_parse(dvar_slice *out, const char *spec, const dvar_shape *full)
+/* What both slice parsers check of their arguments first. */
+static int check_parse_args(const char *spec, const dvar_shape *full)
 {
-	char htext[SHAPE_TEXT_MAX];
-	dvar_slice s;
-	int32_t parts = 0;
-	const char *p;
-	int rc;
-
 	if (!spec)
 		return dvar_error_set(DVAR_EINVAL, "slice text is NULL");
 	if (!valid_rank(full->rank))
 		return dvar_error_set(DVAR_EINVAL, "shape rank %d is outside 0..%d",
 		                      (int)full->rank, DVAR_MAX_RANK);
+	return DVAR_OK;
+}
+
+/* A slice text of parts dimensions for full's rank. */
+static int parts_error(const char *spec, int32_t parts, const dvar_shape *full)
+{
+	char htext[SHAPE_TEXT_MAX];
+
+	dvar_shape_format(full, htext, sizeof htext);
+	return dvar_error_set(DVAR_ESHAPE, "slice '%s' has %d dimension%s but the shape %s has %d",
+	                      spec, (int)parts, parts == 1 ? "" : "s", htext, (int)full->rank);
+}
+
+int dvar_slice_parse(dvar_slice *out, const char *spec, const dvar_shape *full)
+{
+	dvar_slice s;
+	int32_t parts = 0;
+	const char *p;
+	int rc;
+
+	if ((rc = check_parse_args(spec, full)) != DVAR_OK)
+		return rc;
 	memset(&s, 0, sizeof s);
 	/* A scalar has nothing to slice: "" or "-". */
 	if (full->rank == 0 && (spec[0] == '\0' || strcmp(spec, "-") == 0)) {
@@ -181,9 +198,7 @@ int dvar_slice_parse(dvar_slice *out, const char *spec, const dvar_shape *full)
 			parts += *p == ':';
 	}
 	if (parts != full->rank) {
-		dvar_shape_format(full, htext, sizeof htext);
-		return dvar_error_set(DVAR_ESHAPE, "slice '%s' has %d dimension%s but the shape %s has %d",
-		                      spec, (int)parts, parts == 1 ? "" : "s", htext, (int)full->rank);
+		return parts_error(spec, parts, full);
 	}
 	s.rank = parts;
 	p = spec;
@@ -281,23 +296,17 @@ static int parse_numpy_extent(const char *spec, int32_t d, const char *p, const 
 
 int dvar_slice_parse_numpy(dvar_slice *out, const char *spec, const dvar_shape *full)
 {
-	char htext[SHAPE_TEXT_MAX];
 	dvar_slice s;
 	int32_t parts = 1;
 	const char *p;
 	int rc;
 
-	if (!spec)
-		return dvar_error_set(DVAR_EINVAL, "slice text is NULL");
-	if (!valid_rank(full->rank))
-		return dvar_error_set(DVAR_EINVAL, "shape rank %d is outside 0..%d",
-		                      (int)full->rank, DVAR_MAX_RANK);
+	if ((rc = check_parse_args(spec, full)) != DVAR_OK)
+		return rc;
 	for (p = spec; *p; p++)
 		parts += *p == ',';
 	if (parts > full->rank) {
-		dvar_shape_format(full, htext, sizeof htext);
-		return dvar_error_set(DVAR_ESHAPE, "slice '%s' has %d dimension%s but the shape %s has %d",
-		                      spec, (int)parts, parts == 1 ? "" : "s", htext, (int)full->rank);
+		return parts_error(spec, parts, full);
 	}
 	/* The dimensions not given are whole, as NumPy's trailing ':'. */
 	dvar_slice_full(&s, full);
