@@ -277,6 +277,7 @@ enum {
 	D_OP, /* reduce: the dvar_reduce_op; gather: -1 */
 	D_AXIS,
 	D_DST_BYTES, /* its worker's dst_bytes (capped at INT64_MAX) */
+	D_MIRRORED, /* 1 when its value is mirrored */
 	D_RANK,
 	D_DIMS, /* DVAR_MAX_RANK of them */
 	D_COUNT = D_DIMS + DVAR_MAX_RANK
@@ -289,7 +290,8 @@ typedef struct {
 	const dvar_values *v;
 	int dtype; /* v's, or 0 when v is NULL */
 	int op;    /* reduce: the dvar_reduce_op; gather: -1 */
-	int axis;
+	int axis;       /* counted from 0: a negative one is normalized by cross_run */
+	int axis_given; /* as the caller passed it, for messages */
 	void *dst;
 	size_t dst_bytes;
 	/* Written by local replica 0 only; read after the run. */
@@ -326,7 +328,7 @@ static int check_local(const cross_call *c, int local, const component **comp)
 		dvar_shape_format(&(*comp)->shape, text, sizeof text);
 		return dvar_error_set(DVAR_EINVAL,
 		                      "%s: axis %d is out of range for component %d of shape %s",
-		                      c->what, c->axis, local, text);
+		                      c->what, c->axis_given, local, text);
 	}
 	if (!c->is_reduce && c->axis == DVAR_AXIS_NONE)
 		return dvar_error_set(DVAR_EINVAL, "%s: needs an axis", c->what);
@@ -358,7 +360,8 @@ static void replica_name(char *buf, size_t cap, int id, int R)
  * small).
  */
 static int decide(const cross_call *c, const int64_t *table, int N, int R, int id,
-                  dvar_shape *result, int64_t *total_rows, int *report, int *known)
+                  dvar_shape *result, int64_t *total_rows, int *mirrored, int *report,
+                  int *known)
 {
 	const int64_t *d0 = table;
 	int worker = id / R, local = id % R;
@@ -379,6 +382,10 @@ static int decide(const cross_call *c, const int64_t *table, int N, int R, int i
 	/* From here on every replica knows the same facts; local replica 0 of
 	 * each worker reports them, so that each worker's run has the message. */
 	*report = local == 0;
+	*mirrored = 1;
+	for (int i = 0; i < N; i++)
+		if (!table[(size_t)i * D_COUNT + D_MIRRORED])
+			*mirrored = 0;
 	for (int i = 1; i < N; i++) {
 		const int64_t *di = table + (size_t)i * D_COUNT;
 		if (di[D_DTYPE] != d0[D_DTYPE] || di[D_OP] != d0[D_OP] ||
@@ -591,6 +598,7 @@ static int exchange_descriptors(dvar_replica *ctx, const cross_call *c, int stat
 	mine[D_OP] = c->op;
 	mine[D_AXIS] = c->axis;
 	mine[D_DST_BYTES] = c->dst_bytes > (size_t)INT64_MAX ? INT64_MAX : (int64_t)c->dst_bytes;
+	mine[D_MIRRORED] = c->v && c->v->mirrored;
 	if (comp) {
 		mine[D_RANK] = comp->shape.rank;
 		for (int k = 0; k < comp->shape.rank; k++)
@@ -608,12 +616,13 @@ static int exchange_descriptors(dvar_replica *ctx, const cross_call *c, int stat
 
 /*
  * The common start of reduce and gather: local checks, the exchange, the
- * decision. DVAR_OK: go on with *comp, *result, *total_rows. Otherwise the
+ * decision. DVAR_OK: go on with *comp, *result, *total_rows, and *mirrored
+ * (every replica's value is mirrored). Otherwise the
  * replica function returns the value in *ret (an error when this replica
  * reports it, DVAR_OK when another does).
  */
 static int plan(dvar_replica *ctx, cross_call *c, const component **comp, dvar_shape *result,
-                int64_t *total_rows, int *ret)
+                int64_t *total_rows, int *mirrored, int *ret)
 {
 	int local = dvar_replica_local_id(ctx), id = dvar_replica_id(ctx);
 	int R = dvar_strategy_local_replicas(c->s), N = dvar_replica_num_replicas(ctx);
@@ -631,7 +640,7 @@ static int plan(dvar_replica *ctx, cross_call *c, const component **comp, dvar_s
 		*ret = status != DVAR_OK ? dvar_error_restore(status, saved) : rc;
 		return rc;
 	}
-	rc = decide(c, table, N, R, id, result, total_rows, &report, &known);
+	rc = decide(c, table, N, R, id, result, total_rows, mirrored, &report, &known);
 	free(table);
 	/* out_shape is reported even when dst is too small. */
 	if (local == 0 && known) {
@@ -661,15 +670,19 @@ static int reduce_replica(dvar_replica *ctx, void *arg)
 	void *scratch = NULL, *out;
 	const void *in;
 	dvar_reduce_op op;
-	int rc, ret, direct;
+	int rc, ret, direct, mirrored;
 
 	memset(&result, 0, sizeof result);
-	if (plan(ctx, c, &comp, &result, &total_rows, &ret) != DVAR_OK)
+	if (plan(ctx, c, &comp, &result, &total_rows, &mirrored, &ret) != DVAR_OK)
 		return ret;
 	dvar_shape_num_elements(&result, &count);
 	if (count == 0)
 		return DVAR_OK; /* every replica knows: nothing to move */
 	bytes = (size_t)count * dvar_dtype_size(c->dtype);
+	/* TF's _reduce_to returns a mirrored value's MEAN as the value itself:
+	 * exact, where N copies summed and divided may differ in the last bit. */
+	if (mirrored && c->op == DVAR_REDUCE_MEAN && c->axis == DVAR_AXIS_NONE)
+		return local == 0 ? dvar_mem_copy(c->s, local, c->dst, comp->data, bytes) : DVAR_OK;
 	/* Local 0 receives straight into the caller's buffer when it is memory
 	 * of the components' kind and place (a collective's buffers are of one
 	 * kind, and on GPUs its kernels use them where they are). */
@@ -700,10 +713,16 @@ static int reduce_replica(dvar_replica *ctx, void *arg)
 
 static int cross_run(cross_call *c, dvar_replica_fn fn, dvar_shape *out_shape)
 {
+	int rank = c->v ? atomic_load(&c->v->rank) : -1;
 	int rc;
 
 	if (!c->s)
 		return dvar_error_set(DVAR_EINVAL, "%s: strategy is NULL", c->what);
+	/* TF's negative axis counts from the end; one still below -rank is
+	 * reported as given. */
+	c->axis_given = c->axis;
+	if (c->axis != DVAR_AXIS_NONE && c->axis < 0 && rank > 0 && c->axis >= -rank)
+		c->axis += rank;
 	rc = dvar_strategy_run(c->s, fn, c);
 	if (out_shape && c->have_shape)
 		*out_shape = c->out_shape;
@@ -737,10 +756,10 @@ static int gather_replica(dvar_replica *ctx, void *arg)
 	int64_t total_rows = 0;
 	uint64_t bytes;
 	void *scratch = NULL;
-	int rc, ret, direct;
+	int rc, ret, direct, mirrored;
 
 	memset(&result, 0, sizeof result);
-	if (plan(ctx, c, &comp, &result, &total_rows, &ret) != DVAR_OK)
+	if (plan(ctx, c, &comp, &result, &total_rows, &mirrored, &ret) != DVAR_OK)
 		return ret;
 	dvar_shape_num_bytes(&result, c->dtype, &bytes);
 	if (bytes == 0)

@@ -973,6 +973,17 @@ int dvar_variable_scatter(dvar_variable *v, dvar_replica *ctx, dvar_scatter_op o
 		                      "replica context",
 		                      v->name, scatter_names[op]);
 	}
+	/* TF's MirroredVariable (values.py), in both contexts: a replaced,
+	 * smallest or largest row has no SUM or MEAN across replicas. */
+	if ((op == DVAR_SCATTER_UPDATE || op == DVAR_SCATTER_MIN || op == DVAR_SCATTER_MAX) &&
+	    (v->agg == DVAR_AGG_SUM || v->agg == DVAR_AGG_MEAN))
+		return dvar_error_set(DVAR_ENOTSUPP,
+		                      "variable '%s': %s is only supported for mirrored variable "
+		                      "(variable created within certain `tf.distribute.Strategy` "
+		                      "scope) with NONE or `ONLY_FIRST_REPLICA` aggregation, got: "
+		                      "VariableAggregation.%s.",
+		                      v->name, scatter_names[op],
+		                      v->agg == DVAR_AGG_SUM ? "SUM" : "MEAN");
 	rc = check_scatter(v, op, indices, n, updates);
 	if (!ctx || v->agg == DVAR_AGG_NONE) {
 		/* Cross-replica: every component; NONE in replica context: this

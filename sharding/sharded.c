@@ -760,13 +760,14 @@ int dvar_sharded_variable_shard(const dvar_sharded_variable *v, int64_t i, dvar_
 
 /* ---------------------------------------------------------------- reads */
 
-enum { AXIS0_ALL, AXIS0_INT, AXIS0_SLICE };
+enum { AXIS0_ALL, AXIS0_INT, AXIS0_SLICE, AXIS0_RANGE };
 
 typedef struct {
 	dvar_shape out;
 	int axis0;
 	int64_t row;      /* AXIS0_INT: the row */
 	dvar_subscript slice; /* AXIS0_SLICE */
+	dvar_sharded_sel range; /* AXIS0_RANGE */
 	uint64_t nrows;   /* rows selected along axis 0 */
 	dvar_sharded_sel sel[DVAR_MAX_RANK]; /* dimension d at sel[d - 1] */
 } read_plan;
@@ -833,11 +834,13 @@ static void py_slice(int64_t dim, const dvar_subscript *it, dvar_sharded_sel *se
  * dimension 0 follows TF's ShardedVariable rules (an int counted from the
  * end and its error text; a slice normalized without clamping, as
  * _decompose_slice_spec does), every other dimension NumPy's (TF's tensor
- * indexing), '...' and newaxis anywhere.
+ * indexing), '...' and newaxis anywhere. With one shard TF has made a plain
+ * variable, so dimension 0 is indexed as the others are (a slice clamps).
  */
 static int plan_read(const dvar_sharded_variable *v, const dvar_subscript *items, int n, read_plan *p)
 {
 	int rank = v->shape.rank, consumed = 0, ellipsis = 0, d = 0, rc;
+	int plain = v->n == 1;
 
 	memset(p, 0, sizeof *p);
 	p->nrows = 1; /* a scalar's one row, or an int on axis 0 */
@@ -892,7 +895,8 @@ static int plan_read(const dvar_sharded_variable *v, const dvar_subscript *items
 				return dvar_error_set(DVAR_EINVAL,
 				                      "reading sharded variable '%s': %sslice index %lld of "
 				                      "dimension %d out of bounds.",
-				                      v->name, d == 0 ? "ShardedVariable: " : "", (long long)i, d);
+				                      v->name, d == 0 && !plain ? "ShardedVariable: " : "",
+				                      (long long)i, d);
 			if (d == 0) {
 				p->axis0 = AXIS0_INT;
 				p->row = i;
@@ -907,7 +911,7 @@ static int plan_read(const dvar_sharded_variable *v, const dvar_subscript *items
 			break;
 		}
 		case DVAR_SUBSCRIPT_SLICE:
-			if (d == 0) {
+			if (d == 0 && !plain) {
 				int64_t count = 0;
 
 				if (dvar_sharded_slice_rows(v->rows, it, NULL, 0, &count) != DVAR_OK)
@@ -922,8 +926,15 @@ static int plan_read(const dvar_sharded_variable *v, const dvar_subscript *items
 					                      "reading sharded variable '%s': strides[%d] must be "
 					                      "non-zero",
 					                      v->name, k);
-				py_slice(v->shape.dims[d], it, &p->sel[d - 1]);
-				rc = push_dim(v, p, p->sel[d - 1].count);
+				if (d == 0) {
+					py_slice(v->rows, it, &p->range);
+					p->axis0 = AXIS0_RANGE;
+					p->nrows = (uint64_t)p->range.count;
+					rc = push_dim(v, p, p->range.count);
+				} else {
+					py_slice(v->shape.dims[d], it, &p->sel[d - 1]);
+					rc = push_dim(v, p, p->sel[d - 1].count);
+				}
 			}
 			d++;
 			break;
@@ -962,6 +973,10 @@ static int plan_rows(const dvar_sharded_variable *v, const read_plan *p, int64_t
 		if (dvar_sharded_slice_rows(v->rows, &p->slice, *rows, (int64_t)p->nrows, &count) !=
 		    DVAR_OK)
 			return dvar_error_prefix("reading sharded variable '%s'", v->name);
+		return DVAR_OK;
+	case AXIS0_RANGE:
+		for (uint64_t i = 0; i < p->nrows; i++)
+			(*rows)[i] = p->range.start + (int64_t)i * p->range.step;
 		return DVAR_OK;
 	default:
 		for (uint64_t i = 0; i < p->nrows; i++)

@@ -39,6 +39,8 @@
 #ifndef DVAR_RUNTIME_H
 #define DVAR_RUNTIME_H
 
+#include <limits.h>
+
 #include "common.h"
 #include "core.h"
 
@@ -275,8 +277,11 @@ DVAR_EXTERN(int) dvar_values_get(const dvar_values *v, int local, dvar_shape *sh
 DVAR_EXTERN(int) dvar_values_dtype(const dvar_values *v);
 DVAR_EXTERN(int) dvar_values_is_mirrored(const dvar_values *v);
 
-/** dvar_strategy_reduce's axis for "across replicas only". */
-#define DVAR_AXIS_NONE (-1)
+/**
+ * dvar_strategy_reduce's axis for "across replicas only" (TF's axis=None).
+ * Outside every axis's range: -1 is the last axis, as in TF.
+ */
+#define DVAR_AXIS_NONE INT_MIN
 
 /**
  * Collective (cross-replica): TF's strategy.reduce. With axis DVAR_AXIS_NONE
@@ -284,8 +289,12 @@ DVAR_EXTERN(int) dvar_values_is_mirrored(const dvar_values *v);
  * replicas of all workers. With axis k they are also reduced along dimension
  * k (which may differ in length between replicas): the result drops that
  * dimension, and MEAN divides by the total number of rows along k over all
- * replicas (the right denominator for a partial last batch). A mirrored
- * value reduces like any other (SUM of a mirrored x over N replicas is N*x).
+ * replicas (the right denominator for a partial last batch). A negative
+ * axis counts from the end (-1 is the last), as in TF. Integer MEAN
+ * truncates toward zero in the value's dtype (TF returns float64 from true
+ * division; docs/RUNTIME.md has the recipe for that result). A mirrored
+ * value: MEAN (axis NONE) is the value itself, exactly, as in TF; SUM is
+ * N*x, where TF's MirroredStrategy stops at an assertion; MIN and MAX are x.
  * Every worker receives the result.
  * @param out_shape the result's shape (may be NULL); DVAR_ESHAPE when
  *                  dst_bytes is too small
@@ -295,7 +304,8 @@ DVAR_EXTERN(int) dvar_strategy_reduce(dvar_strategy *s, dvar_reduce_op op, const
 
 /**
  * Collective (cross-replica): TF's strategy.gather, the components of every
- * replica of every worker concatenated along axis in replica-id order.
+ * replica of every worker concatenated along axis in replica-id order (a
+ * negative axis counts from the end).
  */
 DVAR_EXTERN(int) dvar_strategy_gather(dvar_strategy *s, const dvar_values *v, int axis, void *dst,
                                       size_t dst_bytes, dvar_shape *out_shape);
@@ -430,8 +440,12 @@ typedef enum {
  * (indices, updates) and applies them all, in replica-id order, on every
  * replica; MEAN does the same with the updates divided by N;
  * ONLY_FIRST_REPLICA applies replica 0's; NONE applies each replica's own
- * locally. ON_WRITE, cross-replica: applied to every component. ON_READ:
- * TF's "doesn't support `scatter_*`" errors (DVAR_ENOTSUPP).
+ * locally. ON_WRITE, cross-replica: applied to every component.
+ * scatter_update, scatter_min and scatter_max of a SUM or MEAN variable are
+ * DVAR_ENOTSUPP in both contexts, with TF's text ("... is only supported for
+ * mirrored variable ... with NONE or `ONLY_FIRST_REPLICA` aggregation"): a
+ * replaced or extreme row has no sum or mean. ON_READ: TF's "doesn't
+ * support `scatter_*`" errors (DVAR_ENOTSUPP).
  */
 DVAR_EXTERN(int) dvar_variable_scatter(dvar_variable *v, dvar_replica *ctx, dvar_scatter_op op,
                                        const int64_t *indices, size_t n, const void *updates);

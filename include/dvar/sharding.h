@@ -270,7 +270,9 @@ DVAR_EXTERN(int) dvar_sharded_variable_shard(const dvar_sharded_variable *v, int
  * bounds.", ...), assembled from the owners. out_shape receives the
  * result's shape; dst_bytes must be at least its size (DVAR_ESHAPE naming
  * both otherwise; call with dst NULL to learn the shape). Workers may pass
- * different items.
+ * different items. A one-shard variable is indexed as the plain variable
+ * TF makes in its place: axis 0 clamps as NumPy does (v[-13:-7:2] on 10
+ * rows is rows 0 and 2, where ShardedVariable's rule gives row 1).
  */
 DVAR_EXTERN(int) dvar_sharded_variable_read(dvar_sharded_variable *v, const dvar_subscript *items,
                                             int n, void *dst, size_t dst_bytes,
@@ -318,7 +320,8 @@ DVAR_EXTERN(int) dvar_sharded_variable_scatter(dvar_sharded_variable *v, dvar_sc
  * strategy must match the variable's div layout: DVAR_PARTITION_DIV, or
  * DVAR_PARTITION_MOD only with one shard; otherwise DVAR_EINVAL explaining
  * why (TensorFlow's v1 lookup would read wrong rows). max_norm > 0 clips
- * each row to that L2 norm (TF's max_norm; floating dtypes only). An id
+ * each row to that L2 norm (TF's max_norm; floating dtypes only); a
+ * negative or NaN max_norm is DVAR_EINVAL (TF returns rows of zeros). An id
  * outside [0, rows) fails on every worker, naming the worker and the id.
  */
 DVAR_EXTERN(int) dvar_embedding_lookup(dvar_sharded_variable *v, int strategy,

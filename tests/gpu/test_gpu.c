@@ -1415,7 +1415,10 @@ static size_t values_results(dvar_strategy *s, int gpu, const topo *t, const vsp
 		}
 	}
 	for (int op = DVAR_REDUCE_SUM; op <= DVAR_REDUCE_MAX; op++) {
-		for (int axis = sp->ragged ? 0 : -1; axis <= 0; axis++) {
+		static const int axes[2] = { DVAR_AXIS_NONE, 0 };
+
+		for (int a = sp->ragged ? 1 : 0; a < 2; a++) {
+			int axis = axes[a];
 			dvar_shape osh;
 			int rr;
 
@@ -1779,10 +1782,13 @@ static int steps_fn(dvar_replica *ctx, void *arg)
 			       dev ? "device" : "host");
 		}
 		/* Scatters: SUM-aggregated rows of every replica (some with none,
-		 * indices overlapping), NONE applied locally, ON_READ refused. */
+		 * indices overlapping; update, min and max have no SUM), NONE
+		 * applied locally, ON_READ refused. */
 		{
-			static const dvar_scatter_op ops[3] = { DVAR_SCATTER_ADD, DVAR_SCATTER_MAX,
-			                                        DVAR_SCATTER_UPDATE };
+			static const dvar_scatter_op ops[3] = { DVAR_SCATTER_ADD, DVAR_SCATTER_SUB,
+			                                        DVAR_SCATTER_ADD };
+			static const dvar_scatter_op local_ops[3] = { DVAR_SCATTER_MIN, DVAR_SCATTER_MAX,
+			                                              DVAR_SCATTER_UPDATE };
 			int64_t idx[4];
 			size_t n = (size_t)((g + k) % 3);
 			int rc;
@@ -1804,9 +1810,10 @@ static int steps_fn(dvar_replica *ctx, void *arg)
 			idx[0] = (int64_t)(g * 3 + k);
 			idx[1] = (int64_t)(999 - g);
 			vfill(DVAR_FLOAT64, h, 2, hash3(102, (uint64_t)k, (uint64_t)g));
-			rc = dvar_variable_scatter(sc->v[V_BIAS], ctx, DVAR_SCATTER_MIN, idx, 2,
+			rc = dvar_variable_scatter(sc->v[V_BIAS], ctx, local_ops[k], idx, 2,
 			                           stage(ctx, sc, l, h, 2 * 8, dev));
-			log_rc(lg, rc, "step %d: scatter MIN into [%d] dense/bias (NONE)", k, V_BIAS);
+			log_rc(lg, rc, "step %d: scatter %d into [%d] dense/bias (NONE)", k,
+			       (int)local_ops[k], V_BIAS);
 
 			idx[0] = 0;
 			rc = dvar_variable_scatter(sc->v[V_TOTAL], ctx, DVAR_SCATTER_ADD, idx, 1,

@@ -374,7 +374,8 @@ static void test_runtime_values__mirrored(void **state)
 			assert_memory_equal(data, x, sizeof x);
 		}
 
-		/* SUM of a mirrored x over N replicas is N * x; MEAN is x. */
+		/* SUM of a mirrored x over N replicas is N * x (TF's MirroredStrategy
+		 * refuses with an assertion); MEAN is x, exactly, as in TF. */
 		assert_int_equal(REDUCE(s, SUM, v, NONE, out, sizeof out, NULL), DVAR_OK);
 		for (int j = 0; j < 3; j++)
 			assert_true(out[j] == (float)N * x[j]);
@@ -409,6 +410,115 @@ static void test_runtime_values__mirrored(void **state)
 		dvar_values_free(v);
 		dvar_values_free(vk);
 		dvar_values_free(vh);
+		dvar_strategy_free(s);
+	}
+}
+
+/* ---------------------------------------------------------------- TensorFlow's choices */
+
+static int64_t rows_one(int id, int N)
+{
+	(void)id;
+	(void)N;
+	return 1;
+}
+
+/* TF's example of an integer MEAN: replica 0 holds 3, the others 4. */
+static float three_then_fours(int id, int N, int64_t r, int c)
+{
+	(void)N;
+	(void)r;
+	(void)c;
+	return id == 0 ? 3.0f : 4.0f;
+}
+
+/*
+ * Where TensorFlow's reduce and dvar's differ or agree, one case each
+ * (docs/RUNTIME.md, "Where dvar differs from TensorFlow on purpose"):
+ * - integer MEAN: TF divides with true division and returns float64
+ *   ([3], [4], [4] gives 3.667); dvar keeps the dtype and truncates (3), and
+ *   the documented recipe, SUM then a division in double, gives TF's value;
+ * - MEAN of a mirrored value: TF returns the value itself
+ *   (MirroredExtended._reduce_to); so does dvar, exactly, where summing
+ *   three float32 copies and dividing gives 1.3436425924301147;
+ * - SUM of a mirrored value: TF's MirroredStrategy stops at an assertion;
+ *   dvar returns N * x (test_runtime_values__mirrored);
+ * - a negative axis counts from the end, as in TF, and DVAR_AXIS_NONE is
+ *   none of them.
+ */
+static void test_runtime_values__tensorflow_choices(void **state)
+{
+	(void)state;
+	assert_true(DVAR_AXIS_NONE < -DVAR_MAX_RANK);
+	for (int R = 1; R <= MAX_R; R++) {
+		dvar_strategy *s = strategy_new(R);
+		int N = dvar_strategy_num_replicas_in_sync(s);
+		rule ints = { .rows = rows_one, .value = three_then_fours, .dtype = DVAR_INT32 };
+		rule ru = { .rows = rows_four, .cols = 2, .value = batch_value };
+		dvar_values *vi = values_from_rule(s, &ints), *v = values_from_rule(s, &ru), *vm;
+		const float x = 1.3436424732208252f;
+		dvar_shape scalar = { .rank = 0 }, shape;
+		float out[8], want[8], mean;
+		int32_t k;
+
+		/* Integer MEAN truncates in the dtype; SUM / N is TF's float64. */
+		assert_int_equal(REDUCE(s, MEAN, vi, NONE, &k, sizeof k, NULL), DVAR_OK);
+		assert_int_equal(k, (3 + 4 * (N - 1)) / N);
+		assert_int_equal(REDUCE(s, SUM, vi, NONE, &k, sizeof k, NULL), DVAR_OK);
+		assert_int_equal(k, 3 + 4 * (N - 1));
+		if (N == 3) {
+			assert_int_equal(REDUCE(s, MEAN, vi, NONE, &k, sizeof k, NULL), DVAR_OK);
+			assert_int_equal(k, 3);
+			assert_true(fabs((double)(3 + 4 + 4) / N - 3.6666666666666665) < 1e-15);
+		}
+
+		/* A mirrored MEAN is the value, bit for bit. */
+		assert_int_equal(dvar_values_new_mirrored(&vm, s, DVAR_FLOAT32, &scalar, &x), DVAR_OK);
+		assert_int_equal(REDUCE(s, MEAN, vm, NONE, &mean, sizeof mean, NULL), DVAR_OK);
+		assert_memory_equal(&mean, &x, sizeof x);
+		if (N == 3) {
+			volatile float sum = x;
+
+			sum += x;
+			sum += x;
+			assert_true(sum / 3.0f == 1.3436425924301147f); /* what summing gives */
+			assert_true(sum / 3.0f != x);
+		}
+		assert_int_equal(REDUCE(s, SUM, vm, NONE, &mean, sizeof mean, NULL), DVAR_OK);
+		if (N == 1)
+			assert_memory_equal(&mean, &x, sizeof x);
+
+		/* Axis -2 of a rank-2 value is axis 0, -1 is axis 1; -3 is refused. */
+		for (int a = 0; a < 2; a++) {
+			assert_int_equal(REDUCE(s, SUM, v, a, want, sizeof want, NULL), DVAR_OK);
+			memset(&shape, 0, sizeof shape);
+			assert_int_equal(REDUCE(s, SUM, v, a - 2, out, sizeof out, &shape), DVAR_OK);
+			assert_int_equal(shape.rank, 1);
+			assert_int_equal(shape.dims[0], a == 0 ? 2 : 4);
+			assert_memory_equal(out, want, (size_t)shape.dims[0] * sizeof *out);
+		}
+		assert_int_equal(REDUCE(s, MEAN, v, -2, out, sizeof out, NULL), DVAR_OK);
+		assert_true(out[0] == (float)(4 * N - 1) / 2.0f); /* the mean of 0 .. 4N - 1 */
+		/* gather's axis counts from the end too. */
+		{
+			float *g = malloc((size_t)N * 8 * sizeof *g), *h = malloc((size_t)N * 8 * sizeof *h);
+
+			assert_non_null(g);
+			assert_non_null(h);
+			assert_int_equal(dvar_strategy_gather(s, v, 1, g, (size_t)N * 8 * 4, NULL), DVAR_OK);
+			assert_int_equal(dvar_strategy_gather(s, v, -1, h, (size_t)N * 8 * 4, &shape),
+			                 DVAR_OK);
+			assert_int_equal(shape.dims[1], 2 * N);
+			assert_memory_equal(g, h, (size_t)N * 8 * sizeof *g);
+			assert_int_equal(dvar_strategy_gather(s, v, -3, h, (size_t)N * 8 * 4, NULL),
+			                 DVAR_EINVAL);
+			tu_assert_error_contains("axis -3 is out of range");
+			free(g);
+			free(h);
+		}
+		dvar_values_free(vm);
+		dvar_values_free(vi);
+		dvar_values_free(v);
 		dvar_strategy_free(s);
 	}
 }
@@ -749,7 +859,8 @@ static void test_runtime_values__bad_arguments(void **state)
 		/* Axis out of range for rank 2. */
 		assert_int_equal(REDUCE(s, SUM, v, 2, out, sizeof out, NULL), DVAR_EINVAL);
 		tu_assert_error_contains("axis 2");
-		assert_int_equal(REDUCE(s, SUM, v, -2, out, sizeof out, NULL), DVAR_EINVAL);
+		assert_int_equal(REDUCE(s, SUM, v, -3, out, sizeof out, NULL), DVAR_EINVAL);
+		tu_assert_error_contains("axis -3 is out of range");
 		/* Axis 1: [4, 2] -> [4]. */
 		assert_int_equal(REDUCE(s, SUM, v, 1, out, sizeof out, &shape), DVAR_OK);
 		assert_int_equal(shape.rank, 1);
@@ -896,6 +1007,7 @@ int main(void)
 		cmocka_unit_test(test_runtime_values__axis_with_empty_replicas),
 		cmocka_unit_test(test_runtime_values__min_max),
 		cmocka_unit_test(test_runtime_values__mirrored),
+		cmocka_unit_test(test_runtime_values__tensorflow_choices),
 		cmocka_unit_test(test_runtime_values__gather),
 		cmocka_unit_test(test_runtime_values__gather_mirrored),
 		cmocka_unit_test(test_runtime_values__from_function_and_local_results),

@@ -749,6 +749,48 @@ static void on_read_replica(const topo *t)
 		}
 }
 
+/*
+ * ON_WRITE ONLY_FIRST_REPLICA, assign in replica context, several workers:
+ * TensorFlow (values_util.on_write_assign through
+ * MultiWorkerMirroredStrategy's _update_replica) broadcasts each worker's
+ * own first local replica, so with W = 2 and R = 2 worker 1 ends with
+ * replica 2's value and the mirrored copies differ between workers. dvar
+ * applies the value of replica 0 (worker 0's first) on every worker, which
+ * keeps the copies equal (docs/RUNTIME.md, "Where dvar differs").
+ */
+static void first_replica_across_workers(const topo *t)
+{
+	int64_t dims[1] = { DENSE_COUNT };
+	float base[DENSE_COUNT], got[DENSE_COUNT];
+	model m = { t, DVAR_SYNC_ON_WRITE, DVAR_AGG_ONLY_FIRST_REPLICA, K_ASSIGN, 1, base_of,
+		    value_of };
+	dvar_variable *v;
+	rjob j = { .t = t, .body = body_update, .kind = K_ASSIGN, .gen = value_of };
+
+	fill(DVAR_FLOAT32, base, DENSE_COUNT, base_of);
+	v = make_var(t->s, "first", DVAR_FLOAT32, 1, dims, DVAR_SYNC_ON_WRITE,
+	             DVAR_AGG_ONLY_FIRST_REPLICA, base);
+	j.v = v;
+	run_job(&j);
+	assert_job_ok(&j, "ONLY_FIRST_REPLICA assign");
+	/* Every component of every worker: replica 0's value. */
+	assert_components(t, v, model_expect, &m, "ONLY_FIRST_REPLICA assign");
+	assert_int_equal(dvar_variable_read(v, NULL, got, sizeof got), DVAR_OK);
+	for (size_t i = 0; i < DENSE_COUNT; i++) {
+		assert_true(got[i] == (float)value_of(0, i));
+		/* What TensorFlow would leave on this worker differs from worker 1 on. */
+		if (t->worker > 0)
+			assert_true(got[i] != (float)value_of(t->worker * t->R, i));
+	}
+	dvar_variable_free(v);
+}
+
+static void test_runtime_variables__first_replica_across_workers(void **state)
+{
+	(void)state;
+	for_each_topology(first_replica_across_workers);
+}
+
 static void test_runtime_variables__on_read_replica(void **state)
 {
 	(void)state;
@@ -1195,10 +1237,45 @@ static void scatter_case(const topo *t, int sync, int agg, int op, int in_replic
 	scatter_model m = { t, agg, op, in_replica, -1, { 0 } };
 	char what[128];
 
+	/* TensorFlow (values.py, MirroredVariable.scatter_update/_min/_max)
+	 * raises NotImplementedError for SUM and MEAN in both contexts; dvar
+	 * refuses with its text and changes nothing. */
+	int refused = (op == DVAR_SCATTER_UPDATE || op == DVAR_SCATTER_MIN ||
+	               op == DVAR_SCATTER_MAX) &&
+	              (agg == DVAR_AGG_SUM || agg == DVAR_AGG_MEAN);
+
 	fill(DVAR_FLOAT32, base, SROWS * SCOLS, scatter_base);
 	v = make_var(t->s, "w", DVAR_FLOAT32, 2, dims, sync, agg, base);
 	snprintf(what, sizeof what, "sync %d agg %d %s in %s context", sync, agg, scatter_names[op],
 	         in_replica ? "replica" : "cross-replica");
+	if (refused) {
+		char text[256];
+		rjob j = { .t = t, .v = v, .body = body_scatter, .kind = op, .bad_replica = -1 };
+
+		snprintf(text, sizeof text,
+		         "%s is only supported for mirrored variable (variable created within "
+		         "certain `tf.distribute.Strategy` scope) with NONE or `ONLY_FIRST_REPLICA` "
+		         "aggregation, got: VariableAggregation.%s.",
+		         scatter_names[op], agg == DVAR_AGG_SUM ? "SUM" : "MEAN");
+		if (in_replica) {
+			run_job(&j);
+			for (int l = 0; l < t->R; l++) {
+				assert_int_equal(j.rc[l], DVAR_ENOTSUPP);
+				if (!strstr(j.msg[l], text))
+					fail_msg("%s: %s", what, j.msg[l]);
+			}
+		} else {
+			assert_int_equal(dvar_variable_scatter(v, NULL, op, cross_idx, 4, cross_upd),
+			                 DVAR_ENOTSUPP);
+			tu_assert_error_contains(text);
+		}
+		m.in_replica = 1;
+		m.bad_replica = 0; /* nothing applied anywhere */
+		assert_components(t, v, scatter_expect, &m, what);
+		scatter_model_free(&m);
+		dvar_variable_free(v);
+		return;
+	}
 	if (in_replica) {
 		rjob j = { .t = t, .v = v, .body = body_scatter, .kind = op, .bad_replica = -1 };
 
@@ -1283,7 +1360,7 @@ static void scatter_errors(const topo *t)
 		int64_t idx10[1] = { 10 };
 		float upd[3 * SCOLS] = { 1, 2, 3, 4, 5, 6 };
 
-		assert_int_equal(dvar_variable_scatter(v, NULL, DVAR_SCATTER_UPDATE, idx, 3, upd),
+		assert_int_equal(dvar_variable_scatter(v, NULL, DVAR_SCATTER_SUB, idx, 3, upd),
 		                 DVAR_EINVAL);
 		tu_assert_error_contains("index -1 is out of range [0, 10) for variable 'w'");
 		assert_int_equal(dvar_variable_scatter(v, NULL, DVAR_SCATTER_ADD, idx10, 1, upd),
@@ -1309,10 +1386,10 @@ static void scatter_errors(const topo *t)
 		int64_t idx[1] = { 0 };
 		dvar_variable *v = make_var(t->s, "s", DVAR_FLOAT32, 0, NULL, DVAR_SYNC_ON_WRITE,
 		                            DVAR_AGG_SUM, &x);
-		rjob j = { .t = t, .v = v, .body = body_scatter, .kind = DVAR_SCATTER_UPDATE,
+		rjob j = { .t = t, .v = v, .body = body_scatter, .kind = DVAR_SCATTER_ADD,
 			   .bad_replica = -1 };
 
-		assert_int_equal(dvar_variable_scatter(v, NULL, DVAR_SCATTER_UPDATE, idx, 1, &x),
+		assert_int_equal(dvar_variable_scatter(v, NULL, DVAR_SCATTER_ADD, idx, 1, &x),
 		                 DVAR_EINVAL);
 		tu_assert_error_contains("scalar");
 		run_job(&j);
@@ -1871,6 +1948,7 @@ int main(void)
 		cmocka_unit_test(test_runtime_variables__spec_mismatch),
 		cmocka_unit_test(test_runtime_variables__on_write_replica),
 		cmocka_unit_test(test_runtime_variables__on_read_replica),
+		cmocka_unit_test(test_runtime_variables__first_replica_across_workers),
 		cmocka_unit_test(test_runtime_variables__on_read_table),
 		cmocka_unit_test(test_runtime_variables__cross_replica),
 		cmocka_unit_test(test_runtime_variables__on_read_split),

@@ -333,6 +333,54 @@ static void test_sharding_variable__ps_partition_to_one(void **state)
 	dvar_strategy_free(s);
 }
 
+/*
+ * A partitioner that gives one partition: TensorFlow
+ * (parameter_server_strategy_v2.py, num_partitions == 1) creates a plain
+ * variable, whose reads are plain tensor slicing, NumPy's rule: a start
+ * below -rows clamps to 0, so on [10, 2] v[-13:-7:2, :] is rows 0 and 2.
+ * A sharded variable of two or more shards keeps ShardedVariable's rule
+ * (_decompose_slice_spec does not clamp), which gives row 1.
+ */
+static void test_sharding_variable__one_shard_reads_as_plain(void **state)
+{
+	dvar_strategy *s = tu_strategy(1, 0);
+	dvar_partitioner fixed1 = DVAR_PARTITIONER_FIXED_INIT(1);
+	dvar_partitioner fixed2 = DVAR_PARTITIONER_FIXED_INIT(2);
+	dvar_partitioner min = DVAR_PARTITIONER_MIN_SIZE_INIT; /* max_shards 1 */
+	const int64_t d10x2[2] = { 10, 2 }, d2x2[2] = { 2, 2 }, d1x2[2] = { 1, 2 };
+	void *init = iota(DVAR_FLOAT32, 20, 0);
+	const dvar_partitioner *ones[2] = { &fixed1, &min };
+
+	(void)state;
+	for (int k = 0; k < 2; k++) {
+		dvar_sharded_variable *v = make_sv(s, "plain", DVAR_FLOAT32, 2, d10x2, ones[k], init);
+
+		assert_int_equal(dvar_sharded_variable_num_shards(v), 1);
+		expect_read(v, "-13:-7:2, :", 2, d2x2, (const double[]){ 0, 1, 4, 5 });
+		expect_read(v, "-10:2:3", 2, d1x2, (const double[]){ 0, 1 });
+		expect_read(v, "-100:1", 2, d1x2, (const double[]){ 0, 1 });
+		expect_read(v, "8:100", 2, d2x2, (const double[]){ 16, 17, 18, 19 });
+		expect_read(v, "100:-100:-9", 2, d2x2, (const double[]){ 18, 19, 0, 1 });
+		expect_read(v, "-1", 1, (const int64_t[]){ 2 }, (const double[]){ 18, 19 });
+		/* A plain tensor's out-of-range index, without ShardedVariable's prefix. */
+		expect_read_text_error(v, "10", DVAR_EINVAL,
+		                       "reading sharded variable 'plain': slice index 10 of "
+		                       "dimension 0 out of bounds.");
+		expect_read_text_error(v, "::0", DVAR_EINVAL, "strides[0] must be non-zero");
+		dvar_sharded_variable_free(v);
+	}
+	{
+		dvar_sharded_variable *v = make_sv(s, "two", DVAR_FLOAT32, 2, d10x2, &fixed2, init);
+
+		expect_read(v, "-13:-7:2, :", 2, d1x2, (const double[]){ 2, 3 });
+		expect_read_text_error(v, "10", DVAR_EINVAL,
+		                       "ShardedVariable: slice index 10 of dimension 0 out of bounds.");
+		dvar_sharded_variable_free(v);
+	}
+	free(init);
+	dvar_strategy_free(s);
+}
+
 struct init_log {
 	int calls;
 	int64_t offsets[8];
@@ -910,9 +958,14 @@ static void test_sharding_variable__embedding_lookup_max_norm(void **state)
 		clip_ref(want + 2 * k, 2, 7.5f);
 	}
 	assert_memory_equal(got, want, sizeof got);
+	/* TensorFlow's clip_by_norm takes a negative clip norm as 0 and returns
+	 * rows of zeros; dvar refuses it (a caller's mistake) and writes nothing. */
+	memset(got, 0x5a, sizeof got);
+	memcpy(want, got, sizeof got);
 	assert_int_equal(dvar_embedding_lookup(v, DVAR_PARTITION_DIV, ids, 5, -1, got, sizeof got),
 	                 DVAR_EINVAL);
-	tu_assert_error_contains("max_norm -1 is not a norm");
+	tu_assert_error_contains("max_norm -1 is not a norm (use 0 for none)");
+	assert_memory_equal(got, want, sizeof got);
 	assert_int_equal(dvar_embedding_lookup(v, DVAR_PARTITION_DIV, ids, 5, NAN, got, sizeof got),
 	                 DVAR_EINVAL);
 	dvar_sharded_variable_free(v);
@@ -1455,6 +1508,7 @@ int main(void)
 		cmocka_unit_test(test_sharding_variable__ps_basic),
 		cmocka_unit_test(test_sharding_variable__ps_round_robin),
 		cmocka_unit_test(test_sharding_variable__ps_partition_to_one),
+		cmocka_unit_test(test_sharding_variable__one_shard_reads_as_plain),
 		cmocka_unit_test(test_sharding_variable__ps_partition_aware_initializer),
 		cmocka_unit_test(test_sharding_variable__assign),
 		cmocka_unit_test(test_sharding_variable__assign_errors),
