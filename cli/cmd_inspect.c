@@ -117,6 +117,61 @@ static int print_attrs(dvar_reader *r, size_t i)
 	return DVAR_OK;
 }
 
+static const char *const delta_kinds[] = { "full", "unchanged", "patched" };
+
+/* A delta's own share of variable i, in JSON. */
+static int json_delta(cli_json *j, dvar_reader *r, size_t i)
+{
+	dvar_var_delta d;
+	if (dvar_reader_num_links(r) < 2)
+		return DVAR_OK;
+	if (dvar_reader_var_delta(r, i, &d) != DVAR_OK)
+		return cli_error_dvar("inspect");
+	cli_json_object(j, "delta");
+	cli_json_str(j, "kind", delta_kinds[d.kind]);
+	if (d.kind == DVAR_DELTA_PATCHED)
+		cli_json_u64(j, "rows", d.rows);
+	cli_json_u64(j, "raw_bytes", d.raw_bytes);
+	cli_json_u64(j, "stored_bytes", d.stored_bytes);
+	cli_json_end(j);
+	return DVAR_OK;
+}
+
+/* The chain of a delta: each link, newest first, with its bytes and what it saves. */
+static void print_chain(dvar_reader *r, cli_json *j)
+{
+	size_t n = dvar_reader_num_links(r);
+	dvar_link_info li;
+	char size[32];
+	if (n < 2)
+		return;
+	if (j)
+		cli_json_array(j, "chain");
+	else
+		printf("a delta: %zu checkpoints are read for it, this one first\n", n);
+	for (size_t k = 0; k < n; k++) {
+		if (dvar_reader_link(r, k, &li) != DVAR_OK)
+			break; /* k < n: cannot happen */
+		if (j) {
+			cli_json_object(j, NULL);
+			cli_json_str(j, "path", li.path);
+			cli_json_bool(j, "delta", li.is_delta);
+			cli_json_u64(j, "bytes", li.bytes);
+			cli_json_u64(j, "whole", li.vars_whole);
+			cli_json_u64(j, "unchanged", li.vars_unchanged);
+			cli_json_u64(j, "patched", li.vars_patched);
+			cli_json_end(j);
+			continue;
+		}
+		cli_format_bytes(size, sizeof(size), li.bytes);
+		printf("  %s  %s  %s: %zu whole, %zu unchanged, %zu patched\n", li.path,
+		       li.is_delta ? "delta" : "full", size, li.vars_whole, li.vars_unchanged,
+		       li.vars_patched);
+	}
+	if (j)
+		cli_json_end(j);
+}
+
 static int print_json(dvar_reader *r)
 {
 	size_t n = dvar_reader_num_vars(r);
@@ -163,6 +218,8 @@ static int print_json(dvar_reader *r)
 			cli_json_str(&j, key, value);
 		}
 		cli_json_end(&j);
+		if (json_delta(&j, r, i) != DVAR_OK)
+			return CLI_EXIT_RUNTIME;
 		cli_json_end(&j);
 		raw += v.raw_bytes;
 		stored += v.stored_bytes;
@@ -172,6 +229,7 @@ static int print_json(dvar_reader *r)
 	cli_json_u64(&j, "raw_bytes", raw);
 	cli_json_u64(&j, "stored_bytes", stored);
 	cli_json_u64(&j, "num_chunks", chunks);
+	print_chain(r, &j);
 	cli_json_end(&j);
 	return CLI_EXIT_OK;
 }
@@ -239,6 +297,7 @@ static int print_table(dvar_reader *r)
 		printf("%zu variable%s, %" PRIu64 " chunk%s, %s raw, %s stored, ratio %s\n", n,
 		       n == 1 ? "" : "s", chunks, chunks == 1 ? "" : "s",
 		       traw, tstored, ratio);
+		print_chain(r, NULL);
 	}
 	for (size_t i = 0; i < n; i++)
 		dvar_free(rows[i].short_name);

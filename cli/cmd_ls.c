@@ -54,6 +54,7 @@ typedef struct {
 	int64_t step;
 	uint64_t bytes;
 	int latest, kept, tf;
+	const char *base; /* a delta's, borrowed from the root listing */
 	dev_t dev;  /* of a TF checkpoint's .index, to know it under any spelling */
 	ino_t ino;
 } entry;
@@ -354,6 +355,7 @@ int cmd_ls(int argc, char **argv)
 			e->bytes = de.bytes;
 			e->latest = de.is_latest;
 			e->kept = de.is_kept;
+			e->base = de.base;
 		}
 	}
 	if (rc == CLI_EXIT_OK)
@@ -387,6 +389,7 @@ int cmd_ls(int argc, char **argv)
 			cli_json_bool(&j, "latest", e->latest);
 			cli_json_bool(&j, "kept", e->kept);
 			cli_json_str(&j, "format", e->tf ? "tf" : "dvar");
+			cli_json_str(&j, "base", e->base);
 			cli_json_end(&j);
 			continue;
 		}
@@ -397,10 +400,14 @@ int cmd_ls(int argc, char **argv)
 			printf("%8s", "-");
 		const char *marks[3] = { e->latest ? "latest" : NULL, e->kept ? "kept" : NULL,
 		                         e->tf ? "tf" : NULL };
+		int any = 0;
 		printf("  %-20s  %10s  ", e->name, size);
-		for (int m = 0, any = 0; m < 3; m++)
+		for (int m = 0; m < 3; m++)
 			if (marks[m])
 				printf("%s%s", any++ ? "," : "", marks[m]);
+		/* What a delta needs: the checkpoint it was written over. */
+		if (e->base)
+			printf("%sdelta over %s", any ? "," : "", e->base);
 		putchar('\n');
 	}
 	if (json)

@@ -71,15 +71,25 @@ int dvar_key_var(dvar_bytes *out, const char *name)
 	return rc ? rc : dvar_bytes_put(out, name, strlen(name));
 }
 
-int dvar_key_slice(dvar_bytes *out, const char *name, uint32_t j)
+static int key_numbered(dvar_bytes *out, const char *prefix, const char *name, uint32_t j)
 {
-	/* Big-endian so that a variable's slices sort in the order they were saved. */
+	/* Big-endian so that a variable's entries sort in the order they were saved. */
 	unsigned char be[5] = { 0, (unsigned char)(j >> 24), (unsigned char)(j >> 16),
 	                        (unsigned char)(j >> 8), (unsigned char)j };
 	int rc;
-	if ((rc = dvar_bytes_put(out, "s", 1)) || (rc = dvar_bytes_put(out, name, strlen(name))))
+	if ((rc = dvar_bytes_put(out, prefix, 1)) || (rc = dvar_bytes_put(out, name, strlen(name))))
 		return rc;
 	return dvar_bytes_put(out, be, sizeof(be));
+}
+
+int dvar_key_slice(dvar_bytes *out, const char *name, uint32_t j)
+{
+	return key_numbered(out, "s", name, j);
+}
+
+int dvar_key_piece(dvar_bytes *out, const char *name, uint32_t j)
+{
+	return key_numbered(out, "p", name, j);
 }
 
 int dvar_header_encode(dvar_bytes *out, const dvar_header *h)
@@ -92,10 +102,19 @@ int dvar_header_encode(dvar_bytes *out, const dvar_header *h)
 		rc = dvar_bytes_put_varint(out, h->file_sizes[i]);
 	if (!rc) rc = dvar_bytes_put_varint(out, h->block_size);
 	if (!rc) rc = dvar_bytes_put_varint(out, h->num_vars);
+	if (!rc && h->chain_len) {
+		rc = dvar_bytes_put_varint(out, h->chain_len);
+		for (size_t i = 0; !rc && i < h->chain_len; i++) {
+			size_t nl = strlen(h->chain[i].name);
+			rc = dvar_bytes_put_varint(out, nl);
+			if (!rc) rc = dvar_bytes_put(out, h->chain[i].name, nl);
+			if (!rc) rc = dvar_bytes_put_u32(out, h->chain[i].index_crc);
+		}
+	}
 	return rc;
 }
 
-int dvar_var_encode(dvar_bytes *out, const dvar_var_entry *v)
+int dvar_var_encode(dvar_bytes *out, const dvar_var_entry *v, int deltas)
 {
 	int rc = dvar_bytes_put_varint(out, (uint64_t)v->dtype);
 	if (!rc) rc = dvar_bytes_put_varint(out, (uint64_t)v->shape.rank);
@@ -111,6 +130,10 @@ int dvar_var_encode(dvar_bytes *out, const dvar_var_entry *v)
 		if (!rc) rc = dvar_bytes_put(out, v->attrs[i].key, kl);
 		if (!rc) rc = dvar_bytes_put_varint(out, vl);
 		if (!rc) rc = dvar_bytes_put(out, v->attrs[i].value, vl);
+	}
+	if (!rc && deltas) {
+		rc = dvar_bytes_put_varint(out, v->delta);
+		if (!rc) rc = dvar_bytes_put_varint(out, v->num_pieces);
 	}
 	return rc;
 }
@@ -135,6 +158,28 @@ int dvar_slice_entry_encode(dvar_bytes *out, const dvar_slice_entry *s)
 	}
 	for (size_t i = 0; !rc && i < s->num_block_crcs; i++)
 		rc = dvar_bytes_put_u32(out, s->block_crcs[i]);
+	return rc;
+}
+
+/* A length-prefixed piece of bytes: varint length, bytes. */
+static int put_sized(dvar_bytes *out, const dvar_bytes *bytes)
+{
+	int rc = dvar_bytes_put_varint(out, bytes->len);
+	return rc ? rc : dvar_bytes_put(out, bytes->data, bytes->len);
+}
+
+int dvar_piece_encode(dvar_bytes *out, const dvar_piece *pc)
+{
+	dvar_bytes e = { 0 };
+	int rc = dvar_bytes_put_varint(out, (uint64_t)pc->first_row);
+	if (!rc) rc = dvar_bytes_put_varint(out, (uint64_t)pc->last_row);
+	if (!rc) rc = dvar_bytes_put_varint(out, pc->num_rows);
+	if (!rc) rc = dvar_slice_entry_encode(&e, &pc->ids);
+	if (!rc) rc = put_sized(out, &e);
+	e.len = 0;
+	if (!rc) rc = dvar_slice_entry_encode(&e, &pc->rows);
+	if (!rc) rc = put_sized(out, &e);
+	free(e.data);
 	return rc;
 }
 
@@ -193,6 +238,36 @@ static int finished(const reader *r)
 	return DVAR_OK;
 }
 
+/* Version 3's chain: a delta's links, each a checkpoint name of the same
+ * directory (what dvar_root checks of names) and its index's CRC-32C. */
+static int decode_chain(reader *r, dvar_header *out)
+{
+	uint64_t n, len;
+	int rc;
+	if ((rc = get_bounded(r, DVAR_MAX_CHAIN, &n, "chain length")))
+		return rc;
+	/* Every link takes at least 6 bytes: bound the count before allocating. */
+	if (n > (uint64_t)(r->end - r->p) / 6)
+		return truncated(r);
+	if (n && !(out->chain = calloc((size_t)n, sizeof(dvar_link))))
+		return dvar_error_set(DVAR_ENOMEM, "out of memory");
+	for (uint64_t i = 0; i < n; i++) {
+		if ((rc = get_bounded(r, (uint64_t)(r->end - r->p), &len, "link name length")))
+			return rc;
+		if (len == 0 || len > 255 || memchr(r->p, 0, (size_t)len) || memchr(r->p, '/', (size_t)len) ||
+		    (len <= 2 && r->p[0] == '.' && (len == 1 || r->p[1] == '.')))
+			return dvar_error_set(DVAR_ECORRUPT, "index header: link #%llu of the chain has a "
+			                      "bad name", (unsigned long long)i);
+		if (!(out->chain[i].name = strndup((const char *)r->p, (size_t)len)))
+			return dvar_error_set(DVAR_ENOMEM, "out of memory");
+		out->chain_len = (size_t)i + 1;
+		r->p += len;
+		if ((rc = get_u32(r, &out->chain[i].index_crc)))
+			return rc;
+	}
+	return DVAR_OK;
+}
+
 int dvar_header_decode(dvar_header *out, const void *p, size_t n)
 {
 	reader r = { p, (const unsigned char *)p + n, "header" };
@@ -230,6 +305,8 @@ int dvar_header_decode(dvar_header *out, const void *p, size_t n)
 	}
 	if ((rc = get_varint(&r, &out->num_vars)))
 		goto fail;
+	if (out->version >= 3 && (rc = decode_chain(&r, out)))
+		goto fail;
 	/* A newer writer may append fields its older readers can skip. */
 	if (out->version <= DVAR_FORMAT_VERSION && (rc = finished(&r)))
 		goto fail;
@@ -239,7 +316,7 @@ fail:
 	return rc;
 }
 
-int dvar_var_decode(dvar_var_entry *out, const char *name, const void *p, size_t n)
+int dvar_var_decode(dvar_var_entry *out, const char *name, const void *p, size_t n, int deltas)
 {
 	char what[DVAR_MAX_NAME + 32];
 	snprintf(what, sizeof(what), "of variable '%s'", name);
@@ -299,6 +376,14 @@ int dvar_var_decode(dvar_var_entry *out, const char *name, const void *p, size_t
 			                    out->attrs[i - 1].key);
 			goto fail;
 		}
+	}
+	if (deltas) {
+		if ((rc = get_bounded(&r, DVAR_DELTA_ROWS, &v, "delta kind")))
+			goto fail;
+		out->delta = (uint32_t)v;
+		if ((rc = get_bounded(&r, UINT32_MAX, &v, "piece count")))
+			goto fail;
+		out->num_pieces = (size_t)v;
 	}
 	if ((rc = finished(&r)))
 		goto fail;
@@ -464,10 +549,82 @@ fail:
 	return rc;
 }
 
+/* A length-prefixed slice entry of a piece. */
+static int get_sized_entry(reader *r, dvar_slice_entry *out, const char *what)
+{
+	uint64_t len;
+	int rc = get_bounded(r, (uint64_t)(r->end - r->p), &len, "entry length");
+	if (rc == DVAR_OK && (rc = dvar_slice_entry_decode(out, r->p, (size_t)len, what)) == DVAR_OK)
+		r->p += len;
+	return rc;
+}
+
+int dvar_piece_decode(dvar_piece *out, const void *p, size_t n, const char *what)
+{
+	reader r = { p, (const unsigned char *)p + n, what };
+	char sub[DVAR_MAX_NAME + 128];
+	uint64_t v;
+	int rc;
+	memset(out, 0, sizeof(*out));
+	if ((rc = get_bounded(&r, INT64_MAX, &v, "first row")))
+		return rc;
+	out->first_row = (int64_t)v;
+	if ((rc = get_bounded(&r, INT64_MAX, &v, "last row")))
+		return rc;
+	out->last_row = (int64_t)v;
+	if ((rc = get_bounded(&r, INT64_MAX, &out->num_rows, "row count")))
+		return rc;
+	snprintf(sub, sizeof(sub), "%s (its ids)", what);
+	if ((rc = get_sized_entry(&r, &out->ids, sub)))
+		goto fail;
+	snprintf(sub, sizeof(sub), "%s (its rows)", what);
+	if ((rc = get_sized_entry(&r, &out->rows, sub)) || (rc = finished(&r)))
+		goto fail;
+	return DVAR_OK;
+fail:
+	dvar_piece_clear(out);
+	return rc;
+}
+
+void dvar_links_free(dvar_link *links, size_t n)
+{
+	for (size_t i = 0; links && i < n; i++)
+		free(links[i].name);
+	free(links);
+}
+
+int dvar_links_copy(dvar_link **out, const dvar_link *links, size_t n)
+{
+	*out = NULL;
+	if (!n)
+		return DVAR_OK;
+	dvar_link *c = calloc(n, sizeof(*c));
+	if (!c)
+		return dvar_error_set(DVAR_ENOMEM, "out of memory");
+	for (size_t i = 0; i < n; i++) {
+		c[i].index_crc = links[i].index_crc;
+		if (!(c[i].name = strdup(links[i].name))) {
+			dvar_links_free(c, n);
+			return dvar_error_set(DVAR_ENOMEM, "out of memory");
+		}
+	}
+	*out = c;
+	return DVAR_OK;
+}
+
 void dvar_header_clear(dvar_header *h)
 {
 	free(h->file_sizes);
+	dvar_links_free(h->chain, h->chain_len);
 	memset(h, 0, sizeof(*h));
+}
+
+void dvar_piece_clear(dvar_piece *pc)
+{
+	dvar_slice_entry_clear(&pc->ids);
+	dvar_slice_entry_clear(&pc->rows);
+	free(pc->loaded);
+	memset(pc, 0, sizeof(*pc));
 }
 
 void dvar_slice_entry_clear(dvar_slice_entry *s)
@@ -482,6 +639,9 @@ void dvar_var_entry_clear(dvar_var_entry *v)
 	for (size_t i = 0; v->slices && i < v->num_slices; i++)
 		dvar_slice_entry_clear(&v->slices[i]);
 	free(v->slices);
+	for (size_t i = 0; v->pieces && i < v->num_pieces; i++)
+		dvar_piece_clear(&v->pieces[i]);
+	free(v->pieces);
 	for (size_t i = 0; v->attrs && i < v->num_attrs; i++) {
 		free(v->attrs[i].key);
 		free(v->attrs[i].value);
@@ -497,6 +657,80 @@ void dvar_data_file_name(char *buf, size_t cap, uint32_t file, uint32_t num_file
 }
 
 /* ---------------------------------------------------------------- checks */
+
+/* One stream of a piece: the slice it claims (rank, start 0, lengths) and
+ * its bytes, chunk size and file. */
+static int check_stream(const dvar_var_entry *v, size_t k, const dvar_slice_entry *s,
+                        const dvar_shape *shape, size_t esize, uint32_t num_files, const char *what,
+                        const char *which)
+{
+	uint64_t n;
+	int ok = s->slice.rank == shape->rank && s->file < num_files && s->chunk_size % esize == 0;
+	for (int d = 0; ok && d < shape->rank; d++)
+		ok = s->slice.start[d] == 0 && s->slice.length[d] == shape->dims[d];
+	if (ok && (dvar_shape_num_elements(shape, &n) || n * esize != s->raw_bytes))
+		ok = 0;
+	if (!ok)
+		return dvar_error_set(DVAR_ECORRUPT, "%s of variable '%s' row piece #%zu: its %s do "
+		                      "not fit %llu rows", what, v->name, k, which,
+		                      (unsigned long long)shape->dims[0]);
+	return DVAR_OK;
+}
+
+/* pieces sorted by first row, for the overlap check */
+static int piece_cmp(const void *a, const void *b)
+{
+	const dvar_piece *x = *(const dvar_piece *const *)a, *y = *(const dvar_piece *const *)b;
+	return (x->first_row > y->first_row) - (x->first_row < y->first_row);
+}
+
+/* A row patch's pieces: ids inside the variable, streams of the right
+ * size, no two pieces whose rows interleave; their bytes add to *raw and
+ * *stored. */
+static int check_pieces(const dvar_var_entry *v, uint32_t num_files, const char *what,
+                        uint64_t *raw, uint64_t *stored)
+{
+	size_t esize = dvar_dtype_size(v->dtype);
+	const dvar_piece **order;
+	int rc = DVAR_OK;
+	if (!v->num_pieces)
+		return DVAR_OK;
+	for (size_t k = 0; k < v->num_pieces; k++) {
+		const dvar_piece *pc = &v->pieces[k];
+		dvar_shape ids = { .rank = 1, .dims = { (int64_t)pc->num_rows } }, rows = v->shape;
+		if (pc->num_rows == 0 || pc->num_rows > INT64_MAX || pc->first_row > pc->last_row ||
+		    pc->last_row >= v->shape.dims[0] ||
+		    pc->num_rows - 1 > (uint64_t)(pc->last_row - pc->first_row))
+			return dvar_error_set(DVAR_ECORRUPT, "%s of variable '%s' row piece #%zu: %llu rows "
+			                      "from %lld to %lld do not fit a variable of %lld rows", what,
+			                      v->name, k, (unsigned long long)pc->num_rows,
+			                      (long long)pc->first_row, (long long)pc->last_row,
+			                      (long long)v->shape.dims[0]);
+		rows.dims[0] = (int64_t)pc->num_rows;
+		if ((rc = check_stream(v, k, &pc->ids, &ids, 8, num_files, what, "ids")) ||
+		    (rc = check_stream(v, k, &pc->rows, &rows, esize, num_files, what, "rows")))
+			return rc;
+		*raw += pc->ids.raw_bytes + pc->rows.raw_bytes;
+		for (size_t c = 0; c < pc->ids.num_chunks; c++)
+			*stored += pc->ids.chunks[c].stored;
+		for (size_t c = 0; c < pc->rows.num_chunks; c++)
+			*stored += pc->rows.chunks[c].stored;
+	}
+	if (!(order = malloc(v->num_pieces * sizeof(*order))))
+		return dvar_error_set(DVAR_ENOMEM, "out of memory");
+	for (size_t k = 0; k < v->num_pieces; k++)
+		order[k] = &v->pieces[k];
+	qsort(order, v->num_pieces, sizeof(*order), piece_cmp);
+	for (size_t k = 1; k < v->num_pieces && !rc; k++)
+		if (order[k]->first_row <= order[k - 1]->last_row)
+			rc = dvar_error_set(DVAR_ECORRUPT, "%s of variable '%s': row pieces #%zu and #%zu "
+			                    "overlap (rows %lld..%lld and %lld..%lld)", what, v->name,
+			                    (size_t)(order[k - 1] - v->pieces), (size_t)(order[k] - v->pieces),
+			                    (long long)order[k - 1]->first_row, (long long)order[k - 1]->last_row,
+			                    (long long)order[k]->first_row, (long long)order[k]->last_row);
+	free(order);
+	return rc;
+}
 
 int dvar_var_check(const dvar_var_entry *v, uint32_t num_files, const char *what)
 {
@@ -534,6 +768,17 @@ int dvar_var_check(const dvar_var_entry *v, uint32_t num_files, const char *what
 			return dvar_error_set(DVAR_ECORRUPT, "%s of variable '%s': saved slices "
 			                      "#%zu and #%zu overlap", what, v->name, k, j);
 	}
+	if ((v->delta != DVAR_DELTA_WHOLE && v->num_slices) ||
+	    (v->delta != DVAR_DELTA_ROWS && v->num_pieces) ||
+	    (v->delta == DVAR_DELTA_ROWS && v->shape.rank == 0))
+		return dvar_error_set(DVAR_ECORRUPT, "%s of variable '%s': a %s variable of rank %d "
+		                      "with %zu slices and %zu row pieces", what, v->name,
+		                      v->delta == DVAR_DELTA_SAME ? "unchanged" :
+		                      v->delta == DVAR_DELTA_ROWS ? "patched" : "whole",
+		                      v->shape.rank, v->num_slices, v->num_pieces);
+	int rc = check_pieces(v, num_files, what, &raw, &stored);
+	if (rc)
+		return rc;
 	if (raw != v->raw_bytes || stored != v->stored_bytes)
 		return dvar_error_set(DVAR_ECORRUPT, "%s of variable '%s': byte counts do not "
 		                      "add up over its slices", what, v->name);
@@ -545,13 +790,6 @@ int dvar_var_check(const dvar_var_entry *v, uint32_t num_files, const char *what
 static int name_cmp(const void *a, const void *b)
 {
 	return strcmp((*(dvar_var_entry *const *)a)->name, (*(dvar_var_entry *const *)b)->name);
-}
-
-/* A length-prefixed piece: varint length, bytes. */
-static int put_piece(dvar_bytes *out, const dvar_bytes *piece)
-{
-	int rc = dvar_bytes_put_varint(out, piece->len);
-	return rc ? rc : dvar_bytes_put(out, piece->data, piece->len);
 }
 
 int dvar_part_encode(dvar_bytes *out, const dvar_part *p, dvar_var_entry *const *vars)
@@ -571,6 +809,13 @@ int dvar_part_encode(dvar_bytes *out, const dvar_part *p, dvar_var_entry *const 
 	if (!rc) rc = dvar_bytes_put_varint(out, tlen);
 	if (!rc) rc = dvar_bytes_put(out, p->token, tlen);
 	if (!rc) rc = dvar_bytes_put_varint(out, p->file_size);
+	if (!rc) rc = dvar_bytes_put_varint(out, p->chain_len);
+	for (size_t i = 0; !rc && i < p->chain_len; i++) {
+		size_t nl = strlen(p->chain[i].name);
+		rc = dvar_bytes_put_varint(out, nl);
+		if (!rc) rc = dvar_bytes_put(out, p->chain[i].name, nl);
+		if (!rc) rc = dvar_bytes_put_u32(out, p->chain[i].index_crc);
+	}
 	if (!rc) rc = dvar_bytes_put_varint(out, p->num_vars);
 	for (size_t i = 0; !rc && i < p->num_vars; i++) {
 		const dvar_var_entry *v = sorted[i];
@@ -578,18 +823,61 @@ int dvar_part_encode(dvar_bytes *out, const dvar_part *p, dvar_var_entry *const 
 		rc = dvar_bytes_put_varint(out, nl);
 		if (!rc) rc = dvar_bytes_put(out, v->name, nl);
 		e.len = 0;
-		if (!rc) rc = dvar_var_encode(&e, v);
-		if (!rc) rc = put_piece(out, &e);
+		if (!rc) rc = dvar_var_encode(&e, v, 1);
+		if (!rc) rc = put_sized(out, &e);
 		for (size_t j = 0; !rc && j < v->num_slices; j++) {
 			e.len = 0;
 			rc = dvar_slice_entry_encode(&e, &v->slices[j]);
-			if (!rc) rc = put_piece(out, &e);
+			if (!rc) rc = put_sized(out, &e);
+		}
+		for (size_t j = 0; !rc && j < v->num_pieces; j++) {
+			e.len = 0;
+			rc = dvar_piece_encode(&e, &v->pieces[j]);
+			if (!rc) rc = put_sized(out, &e);
 		}
 	}
 	if (!rc) rc = dvar_bytes_put_u32(out, dvar_crc32c(out->data, out->len));
 	free(e.data);
 	free(sorted);
 	return rc;
+}
+
+/* A part's pieces of var, each in its own data file. */
+static int decode_part_pieces(reader *r, const dvar_part *part, dvar_var_entry *var)
+{
+	size_t np = var->num_pieces;
+	uint64_t len;
+	int rc;
+	var->num_pieces = 0; /* counts the pieces decoded so far */
+	/* A piece takes at least 13 bytes with its length. */
+	if (np > (size_t)(r->end - r->p) / 13)
+		return truncated(r);
+	if (np && !(var->pieces = calloc(np, sizeof(dvar_piece))))
+		return dvar_error_set(DVAR_ENOMEM, "out of memory");
+	for (size_t j = 0; j < np; j++) {
+		char what[DVAR_MAX_NAME + 96];
+		snprintf(what, sizeof(what), "of part %u variable '%s' row piece #%zu", part->part,
+		         var->name ? var->name : "", j);
+		if ((rc = get_bounded(r, (uint64_t)(r->end - r->p), &len, "entry length")) ||
+		    (rc = dvar_piece_decode(&var->pieces[j], r->p, (size_t)len, what)))
+			return rc;
+		r->p += len;
+		var->num_pieces = j + 1;
+		const dvar_slice_entry *se[2] = { &var->pieces[j].ids, &var->pieces[j].rows };
+		for (int k = 0; k < 2; k++) {
+			if (se[k]->file != part->part)
+				return dvar_error_set(DVAR_ECORRUPT, "part %u entries: variable '%s' row piece "
+				                      "#%zu is in data file %u", part->part, var->name, j,
+				                      se[k]->file);
+			for (size_t c = 0; c < se[k]->num_chunks; c++)
+				if (se[k]->chunks[c].offset + se[k]->chunks[c].stored > part->file_size)
+					return dvar_error_set(DVAR_ECORRUPT, "part %u entries: variable '%s' row "
+					                      "piece #%zu lies beyond the data file's %llu bytes",
+					                      part->part, var->name, j,
+					                      (unsigned long long)part->file_size);
+		}
+	}
+	return DVAR_OK;
 }
 
 int dvar_part_decode(dvar_part *out, const void *p, size_t n)
@@ -636,6 +924,14 @@ int dvar_part_decode(dvar_part *out, const void *p, size_t n)
 	if (out->file_size % DVAR_ALIGN)
 		return dvar_error_set(DVAR_ECORRUPT, "part %u entries: data file size %llu is not a multiple "
 		                      "of %u", out->part, (unsigned long long)out->file_size, DVAR_ALIGN);
+	{
+		dvar_header h = { 0 };
+		rc = decode_chain(&r, &h);
+		out->chain = h.chain;
+		out->chain_len = h.chain_len;
+		if (rc)
+			goto fail;
+	}
 	/* Every variable takes at least 9 bytes: bound the count before allocating. */
 	if ((rc = get_varint(&r, &v)))
 		return rc;
@@ -664,7 +960,7 @@ int dvar_part_decode(dvar_part *out, const void *p, size_t n)
 			goto fail;
 		}
 		if ((rc = get_bounded(&r, (uint64_t)(r.end - r.p), &len, "entry length")) ||
-		    (rc = dvar_var_decode(var, name, r.p, (size_t)len)))
+		    (rc = dvar_var_decode(var, name, r.p, (size_t)len, 1)))
 			goto fail;
 		r.p += len;
 		size_t ns = var->num_slices;
@@ -701,7 +997,7 @@ int dvar_part_decode(dvar_part *out, const void *p, size_t n)
 					goto fail;
 				}
 		}
-		if ((rc = dvar_var_check(var, out->nparts, what)))
+		if ((rc = decode_part_pieces(&r, out, var)) || (rc = dvar_var_check(var, out->nparts, what)))
 			goto fail;
 	}
 	if ((rc = finished(&r)))
@@ -717,5 +1013,6 @@ void dvar_part_clear(dvar_part *p)
 	for (size_t i = 0; p->vars && i < p->num_vars; i++)
 		dvar_var_entry_clear(&p->vars[i]);
 	free(p->vars);
+	dvar_links_free(p->chain, p->chain_len);
 	memset(p, 0, sizeof(*p));
 }

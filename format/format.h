@@ -15,8 +15,10 @@
 
 DVAR_BEGIN_DECL
 
-#define DVAR_FORMAT_VERSION 2     /* what this code writes (2: variable attributes) */
-#define DVAR_FORMAT_MIN_READER 1  /* the oldest reader that can read it (1 skips attributes) */
+#define DVAR_FORMAT_VERSION 3     /* what this code reads, and writes for a delta (3: deltas) */
+#define DVAR_FORMAT_MIN_READER 1  /* a full checkpoint's oldest reader (1 skips attributes) */
+#define DVAR_FORMAT_FULL 2        /* the version of a full checkpoint (2: variable attributes) */
+#define DVAR_MAX_CHAIN 1000       /* links below a delta: its base, ..., the full checkpoint */
 #define DVAR_MAGIC "DVAR"
 #define DVAR_ALIGN 4096u          /* every chunk starts at a multiple of this (dvar_page_alloc's page) */
 #define DVAR_BLOCK_SIZE 65536u    /* checksum block of raw chunks */
@@ -28,7 +30,7 @@ DVAR_BEGIN_DECL
 #define DVAR_MAX_TOKEN DVAR_TOKEN_MAX
 #define DVAR_TOKEN_CHARS "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-"
 #define DVAR_PART_MAGIC "DVPT"
-#define DVAR_PART_VERSION 1       /* the part entries' encoding */
+#define DVAR_PART_VERSION 2       /* the part entries' encoding (2: deltas) */
 
 /* WHOLE is never written: a TensorBundle entry read as one raw chunk that
  * has no block checksums, only one over the whole chunk (format/tf.h). */
@@ -61,6 +63,21 @@ typedef struct {
 	char *value;
 } dvar_attr;
 
+/*
+ * What a variable of a delta holds (docs/FORMAT.md, "Deltas"): its own
+ * slices, nothing (the base's value), or rows that replace the base's.
+ */
+enum { DVAR_DELTA_WHOLE = 0, DVAR_DELTA_SAME = 1, DVAR_DELTA_ROWS = 2 };
+
+/* A row patch's piece: num_rows rows of the variable, by their ids. */
+typedef struct {
+	int64_t first_row, last_row; /* the smallest and largest id */
+	uint64_t num_rows;
+	dvar_slice_entry ids;        /* int64 [num_rows]: the ids, increasing */
+	dvar_slice_entry rows;       /* [num_rows, dims 1..]: the rows, in the ids' order */
+	int64_t *loaded;             /* reader: the ids once read and checked */
+} dvar_piece;
+
 /* One variable: the index's "v" entry plus its "s" entries. */
 typedef struct {
 	char *name;
@@ -72,10 +89,23 @@ typedef struct {
 	dvar_slice_entry *slices;
 	size_t num_attrs;
 	dvar_attr *attrs;      /* sorted by key (bytewise), keys unique */
+	/* Version 3 (a delta): DVAR_DELTA_*, and the pieces of a row patch. */
+	uint32_t delta;
+	size_t num_pieces;
+	dvar_piece *pieces;
 	/* Writer: the largest end row of the slices added so far
 	 * (dvar_slice_overlaps). */
 	int64_t rows_end;
+	/* Reader of a delta: the variable's index in the base's reader. */
+	size_t base_index;
 } dvar_var_entry;
+
+/* A link of a delta's chain: a checkpoint of the same directory, and the
+ * CRC-32C of its index file, which tells it from any other of that name. */
+typedef struct {
+	char *name;
+	uint32_t index_crc;
+} dvar_link;
 
 /* The header entry. */
 typedef struct {
@@ -85,6 +115,10 @@ typedef struct {
 	uint64_t *file_sizes;
 	uint32_t block_size;
 	uint64_t num_vars;
+	/* Version 3: the links below this delta (base first, the full one
+	 * last); none in a full checkpoint. */
+	size_t chain_len;
+	dvar_link *chain;
 } dvar_header;
 
 /* ---------------------------------------------------------------- entry.c */
@@ -100,24 +134,34 @@ int dvar_bytes_put(dvar_bytes *b, const void *p, size_t n);
 int dvar_bytes_put_varint(dvar_bytes *b, uint64_t v);
 int dvar_bytes_put_u32(dvar_bytes *b, uint32_t v);
 
-/* Index keys: "" (header), "v"+name (variable), "s"+name+"\0"+u32 BE (slice). */
+/* Index keys: "" (header), "v"+name (variable), "s"+name+"\0"+u32 BE (slice),
+ * "p"+name+"\0"+u32 BE (a row patch's piece, version 3). */
 /* LevelDB's order of keys (bytewise, a prefix first): <0, 0, >0. */
 int dvar_key_cmp(const void *a, size_t alen, const void *b, size_t blen);
 int dvar_key_var(dvar_bytes *out, const char *name);
 int dvar_key_slice(dvar_bytes *out, const char *name, uint32_t j);
+int dvar_key_piece(dvar_bytes *out, const char *name, uint32_t j);
 
+/* A header with a chain is version 3's (a delta): its fields follow. */
 int dvar_header_encode(dvar_bytes *out, const dvar_header *h);
-int dvar_var_encode(dvar_bytes *out, const dvar_var_entry *v);
+/* deltas: version 3's fields (delta, num_pieces) follow the attributes. */
+int dvar_var_encode(dvar_bytes *out, const dvar_var_entry *v, int deltas);
 int dvar_slice_entry_encode(dvar_bytes *out, const dvar_slice_entry *s);
+int dvar_piece_encode(dvar_bytes *out, const dvar_piece *pc);
 
 /* Decoders check every field; errors are DVAR_ECORRUPT naming `what`. */
 int dvar_header_decode(dvar_header *out, const void *p, size_t n);
-int dvar_var_decode(dvar_var_entry *out, const char *name, const void *p, size_t n);
+int dvar_var_decode(dvar_var_entry *out, const char *name, const void *p, size_t n, int deltas);
 int dvar_slice_entry_decode(dvar_slice_entry *out, const void *p, size_t n, const char *what);
+int dvar_piece_decode(dvar_piece *out, const void *p, size_t n, const char *what);
 
 void dvar_header_clear(dvar_header *h);
 void dvar_slice_entry_clear(dvar_slice_entry *s);
+void dvar_piece_clear(dvar_piece *pc);
 void dvar_var_entry_clear(dvar_var_entry *v);
+/* A copy of n links (names duplicated) into *out; free with dvar_links_free. */
+int dvar_links_copy(dvar_link **out, const dvar_link *links, size_t n);
+void dvar_links_free(dvar_link *links, size_t n);
 
 /* DVAR_EINVAL unless key and value (lengths given) fit the attribute bounds. */
 int dvar_attr_check(const char *key, size_t klen, const char *value, size_t vlen);
@@ -141,6 +185,8 @@ int dvar_var_check(const dvar_var_entry *v, uint32_t num_files, const char *what
 typedef struct {
 	uint32_t part, nparts;
 	char token[DVAR_MAX_TOKEN + 1];
+	size_t chain_len;      /* the base chain this part wrote a delta over */
+	dvar_link *chain;
 	uint64_t file_size;
 	size_t num_vars;
 	dvar_var_entry *vars;  /* sorted by name, names unique */
@@ -223,6 +269,15 @@ typedef int (*dvar_index_visit_fn)(void *ud, const void *key, size_t klen,
 
 /* Open the table at path read-only, verify block checksums and visit every entry in order. */
 int dvar_index_scan(const char *path, dvar_index_visit_fn fn, void *ud);
+
+/* ---------------------------------------------------------------- delta.c */
+
+/* The header of the checkpoint at dir (its index scanned no further) and
+ * the CRC-32C of its index file. */
+int dvar_link_peek(const char *dir, dvar_header *out, uint32_t *index_crc);
+/* The chain of a delta over the checkpoint at base: base's name and index
+ * CRC, then base's own chain. Free with dvar_links_free. */
+int dvar_chain_over(const char *base, dvar_link **chain, size_t *len);
 
 /* ---------------------------------------------------------------- fsutil.c */
 

@@ -29,29 +29,38 @@ static int kv_cmp(const void *a, const void *b)
 	return dvar_key_cmp(x->key.data, x->key.len, y->key.data, y->key.len);
 }
 
+/* A full checkpoint is version 2, as readers before deltas read it; a
+ * delta (a chain) is version 3, which only they cannot read. */
 static int write_index(const char *path, const dvar_var_entry *vars, size_t num_vars,
-                       uint64_t *file_sizes, uint32_t num_files)
+                       uint64_t *file_sizes, uint32_t num_files, const dvar_link *chain,
+                       size_t chain_len)
 {
 	size_t n = 1;
 	for (size_t i = 0; i < num_vars; i++)
-		n += 1 + vars[i].num_slices;
+		n += 1 + vars[i].num_slices + vars[i].num_pieces;
 	kv *kvs = calloc(n, sizeof(kv));
 	dvar_index_builder *b = NULL;
 	int rc = DVAR_OK;
 	if (!kvs)
 		return dvar_error_set(DVAR_ENOMEM, "out of memory");
 
-	dvar_header h = { DVAR_FORMAT_VERSION, DVAR_FORMAT_MIN_READER, num_files, file_sizes,
-	                  DVAR_BLOCK_SIZE, num_vars };
+	int delta = chain_len > 0;
+	dvar_header h = { delta ? DVAR_FORMAT_VERSION : DVAR_FORMAT_FULL,
+	                  delta ? DVAR_FORMAT_VERSION : DVAR_FORMAT_MIN_READER, num_files, file_sizes,
+	                  DVAR_BLOCK_SIZE, num_vars, chain_len, (dvar_link *)chain };
 	size_t k = 0;
 	rc = dvar_header_encode(&kvs[k++].val, &h);
 	for (size_t i = 0; !rc && i < num_vars; i++) {
 		const dvar_var_entry *v = &vars[i];
 		rc = dvar_key_var(&kvs[k].key, v->name);
-		if (!rc) rc = dvar_var_encode(&kvs[k++].val, v);
+		if (!rc) rc = dvar_var_encode(&kvs[k++].val, v, delta);
 		for (size_t j = 0; !rc && j < v->num_slices; j++) {
 			rc = dvar_key_slice(&kvs[k].key, v->name, (uint32_t)j);
 			if (!rc) rc = dvar_slice_entry_encode(&kvs[k++].val, &v->slices[j]);
+		}
+		for (size_t j = 0; !rc && j < v->num_pieces; j++) {
+			rc = dvar_key_piece(&kvs[k].key, v->name, (uint32_t)j);
+			if (!rc) rc = dvar_piece_encode(&kvs[k++].val, &v->pieces[j]);
 		}
 	}
 	if (rc)
@@ -88,7 +97,8 @@ static int finish(dvar_writer *w, dvar_bytes *entries)
 		close(w->fd_direct);
 	w->fd_direct = -1;
 	w->finished = 1;
-	dvar_part p = { w->part, w->nparts, { 0 }, atomic_load(&w->next_offset), w->num_vars, NULL };
+	dvar_part p = { w->part, w->nparts, { 0 }, w->chain_len, w->chain,
+	                atomic_load(&w->next_offset), w->num_vars, NULL };
 	snprintf(p.token, sizeof(p.token), "%s", w->token);
 	dvar_var_entry **vars = malloc((w->num_vars ? w->num_vars : 1) * sizeof(*vars));
 	if (!vars) {
@@ -182,14 +192,25 @@ static int check_files(const dvar_writer *w, const dvar_part *parts)
 	return rc;
 }
 
+/* The merged pieces, checked as a reader will check them (their streams
+ * were checked with their parts). */
+static int v_check_pieces(const dvar_var_entry *v)
+{
+	if (dvar_var_check(v, DVAR_MAX_PARTS, "the parts' entries") == DVAR_OK)
+		return DVAR_OK;
+	return dvar_error_set(DVAR_ESHAPE, "%s", dvar_error_last()->message);
+}
+
 /* Variable v of the merged index from refs[0..n): all parts that declare it. */
 static int merge_var(dvar_var_entry *out, const var_ref *refs, size_t n)
 {
 	const dvar_var_entry *first = refs[0].v;
-	size_t total = 0;
-	*out = *first; /* borrows name, attributes and slice contents from the parts */
+	size_t total = 0, pieces = 0;
+	*out = *first; /* borrows name, attributes, slice and piece contents from the parts */
 	out->slices = NULL;
 	out->num_slices = 0;
+	out->pieces = NULL;
+	out->num_pieces = 0;
 	out->raw_bytes = out->stored_bytes = 0;
 	for (size_t k = 0; k < n; k++) {
 		const dvar_var_entry *v = refs[k].v;
@@ -204,12 +225,23 @@ static int merge_var(dvar_var_entry *out, const var_ref *refs, size_t n)
 		if (!dvar_attrs_equal(v, first))
 			return dvar_error_set(DVAR_EINVAL, "variable '%s' has different attributes in parts "
 			                      "%u and %u", v->name, refs[0].part, refs[k].part);
+		if (v->delta != first->delta)
+			return dvar_error_set(DVAR_EINVAL, "variable '%s' is saved %s in part %u but %s in "
+			                      "part %u", v->name,
+			                      first->delta == DVAR_DELTA_SAME ? "unchanged" :
+			                      first->delta == DVAR_DELTA_ROWS ? "as rows" : "whole",
+			                      refs[0].part,
+			                      v->delta == DVAR_DELTA_SAME ? "unchanged" :
+			                      v->delta == DVAR_DELTA_ROWS ? "as rows" : "whole",
+			                      refs[k].part);
 		total += v->num_slices;
+		pieces += v->num_pieces;
 	}
-	if (total > UINT32_MAX)
-		return dvar_error_set(DVAR_EINVAL, "variable '%s' has %zu slices, more than the format "
-		                      "holds", first->name, total);
-	if (!(out->slices = malloc((total ? total : 1) * sizeof(dvar_slice_entry))))
+	if (total > UINT32_MAX || pieces > UINT32_MAX)
+		return dvar_error_set(DVAR_EINVAL, "variable '%s' has %zu slices and %zu row pieces, "
+		                      "more than the format holds", first->name, total, pieces);
+	if (!(out->slices = malloc((total ? total : 1) * sizeof(dvar_slice_entry))) ||
+	    !(out->pieces = malloc((pieces ? pieces : 1) * sizeof(dvar_piece))))
 		return dvar_error_set(DVAR_ENOMEM, "out of memory");
 	/* A part's own slices were checked when it was decoded: an overlap is across
 	 * parts, which the callers chose (DVAR_ESHAPE, as when one writer is given it). */
@@ -230,10 +262,13 @@ static int merge_var(dvar_var_entry *out, const var_ref *refs, size_t n)
 			}
 			out->slices[out->num_slices++] = *s;
 		}
+		for (size_t j = 0; j < v->num_pieces; j++)
+			out->pieces[out->num_pieces++] = v->pieces[j];
 		out->raw_bytes += v->raw_bytes;
 		out->stored_bytes += v->stored_bytes;
 	}
-	return DVAR_OK;
+	/* Pieces of different parts must not share rows: the index's own check. */
+	return v_check_pieces(out);
 }
 
 /* The merged variables in name order; each one's slices array is owned, the rest borrowed. */
@@ -264,14 +299,28 @@ static int merge_parts(dvar_part *parts, uint32_t nparts, dvar_var_entry **out, 
 	}
 	free(refs);
 	if (rc) {
-		for (size_t i = 0; i < m; i++)
+		for (size_t i = 0; i < m; i++) {
 			free(vars[i].slices);
+			free(vars[i].pieces);
+		}
 		free(vars);
 		return rc;
 	}
 	*out = vars;
 	*num = m;
 	return DVAR_OK;
+}
+
+/* Every part of a delta wrote it over the same chain as the chief. */
+static int same_chain(const dvar_part *p, const dvar_writer *w)
+{
+	if (p->chain_len != w->chain_len)
+		return 0;
+	for (size_t i = 0; i < p->chain_len; i++)
+		if (strcmp(p->chain[i].name, w->chain[i].name) ||
+		    p->chain[i].index_crc != w->chain[i].index_crc)
+			return 0;
+	return 1;
 }
 
 /* Decode all entries and check that they are exactly this save's parts. */
@@ -292,6 +341,15 @@ static int decode_parts(const dvar_writer *w, const void *const *blobs, const si
 		}
 		if (parts[p.part].nparts) {
 			rc = dvar_error_set(DVAR_EINVAL, "part %u is given twice (part entries #%d)", p.part, i);
+			dvar_part_clear(&p);
+			return rc;
+		}
+		if (!same_chain(&p, w)) {
+			rc = dvar_error_set(DVAR_EINVAL, "part %u wrote %s%s, part %u %s%s", p.part,
+			                    p.chain_len ? "a delta over " : "a full checkpoint",
+			                    p.chain_len ? p.chain[0].name : "", w->part,
+			                    w->chain_len ? "a delta over " : "a full checkpoint",
+			                    w->chain_len ? w->chain[0].name : "");
 			dvar_part_clear(&p);
 			return rc;
 		}
@@ -330,7 +388,7 @@ static int commit_parts(dvar_writer *w, const void *const *blobs, const size_t *
 		rc = dvar_error_set(DVAR_ENOMEM, "out of memory");
 		goto done;
 	}
-	if ((rc = write_index(index, vars, num_vars, sizes, w->nparts)))
+	if ((rc = write_index(index, vars, num_vars, sizes, w->nparts, w->chain, w->chain_len)))
 		goto done;
 	DVAR_FAULT_POINT("index-written");
 	if (sync && (rc = dvar_fs_fsync_path(w->tmp_dir)))
@@ -353,8 +411,10 @@ static int commit_parts(dvar_writer *w, const void *const *blobs, const size_t *
 	if (!rc && w->root)
 		rc = dvar_root_publish(w->root, w->step_name, w->opts.keep_last);
 done:
-	for (size_t i = 0; i < num_vars; i++)
+	for (size_t i = 0; i < num_vars; i++) {
 		free(vars[i].slices);
+		free(vars[i].pieces);
+	}
 	free(vars);
 	for (uint32_t f = 0; parts && f < w->nparts; f++)
 		dvar_part_clear(&parts[f]);

@@ -66,6 +66,8 @@ struct dvar_reader {
 	dvar_var_entry *vars; /* in name order */
 	size_t num_vars;
 	data_file *files;
+	dvar_reader *base;    /* a delta's: the next link of its chain, sharing pool */
+	int shares_pool;      /* a base: the pool is the delta's */
 	dvar_pool *pool;
 	pthread_t owner;
 	double last_progress;
@@ -87,12 +89,32 @@ typedef struct {
 } pending_slice;
 
 typedef struct {
+	char *name;
+	uint32_t j;
+	dvar_piece piece;
+} pending_piece;
+
+typedef struct {
 	dvar_reader *r;
 	int have_header;
 	pending_slice *slices;
 	size_t num_slices, cap_slices;
+	pending_piece *pieces;
+	size_t num_pieces, cap_pieces;
 	size_t cap_vars;
 } scan_state;
+
+/* The name and number of a key "<prefix>" + name + 00 + u32 BE, or 0 when it is not one. */
+static int numbered_key(const char *k, size_t klen, char prefix, char **name, uint32_t *j)
+{
+	if (klen <= 6 || k[0] != prefix || k[klen - 5] != '\0' || memchr(k + 1, 0, klen - 6) ||
+	    klen - 6 > DVAR_MAX_NAME)
+		return 0;
+	const unsigned char *be = (const unsigned char *)k + klen - 4;
+	*j = (uint32_t)be[0] << 24 | (uint32_t)be[1] << 16 | (uint32_t)be[2] << 8 | be[3];
+	*name = strndup(k + 1, klen - 6);
+	return 1;
+}
 
 static int visit(void *ud, const void *key, size_t klen, const void *val, size_t vlen)
 {
@@ -118,26 +140,54 @@ static int visit(void *ud, const void *key, size_t klen, const void *val, size_t
 			r->vars = p;
 			st->cap_vars = cap;
 		}
-		if ((rc = dvar_var_decode(&r->vars[r->num_vars], name, val, vlen)))
+		if ((rc = dvar_var_decode(&r->vars[r->num_vars], name, val, vlen, r->header.version >= 3)))
 			return rc;
 		r->num_vars++;
 		return DVAR_OK;
 	}
-	if (klen > 6 && k[0] == 's' && k[klen - 5] == '\0' && !memchr(k + 1, 0, klen - 6) &&
-	    klen - 6 <= DVAR_MAX_NAME) {
+	char *kname = NULL;
+	uint32_t kj = 0;
+	if (r->header.version >= 3 && numbered_key(k, klen, 'p', &kname, &kj)) {
+		if (!kname)
+			return dvar_error_set(DVAR_ENOMEM, "out of memory");
+		if (st->num_pieces == st->cap_pieces) {
+			size_t cap = st->cap_pieces ? st->cap_pieces * 2 : 16;
+			pending_piece *p = realloc(st->pieces, cap * sizeof(*p));
+			if (!p) {
+				free(kname);
+				return dvar_error_set(DVAR_ENOMEM, "out of memory");
+			}
+			st->pieces = p;
+			st->cap_pieces = cap;
+		}
+		pending_piece *pp = &st->pieces[st->num_pieces];
+		pp->name = kname;
+		pp->j = kj;
+		char what[DVAR_MAX_NAME + 64];
+		snprintf(what, sizeof(what), "of variable '%s' row piece #%u", kname, kj);
+		if ((rc = dvar_piece_decode(&pp->piece, val, vlen, what))) {
+			free(kname);
+			return rc;
+		}
+		st->num_pieces++;
+		return DVAR_OK;
+	}
+	if (numbered_key(k, klen, 's', &kname, &kj)) {
+		if (!kname)
+			return dvar_error_set(DVAR_ENOMEM, "out of memory");
 		if (st->num_slices == st->cap_slices) {
 			size_t cap = st->cap_slices ? st->cap_slices * 2 : 16;
 			pending_slice *p = realloc(st->slices, cap * sizeof(*p));
-			if (!p)
+			if (!p) {
+				free(kname);
 				return dvar_error_set(DVAR_ENOMEM, "out of memory");
+			}
 			st->slices = p;
 			st->cap_slices = cap;
 		}
 		pending_slice *ps = &st->slices[st->num_slices];
-		const unsigned char *be = (const unsigned char *)k + klen - 4;
-		if (!(ps->name = strndup(k + 1, klen - 6)))
-			return dvar_error_set(DVAR_ENOMEM, "out of memory");
-		ps->j = (uint32_t)be[0] << 24 | (uint32_t)be[1] << 16 | (uint32_t)be[2] << 8 | be[3];
+		ps->name = kname;
+		ps->j = kj;
 		char what[DVAR_MAX_NAME + 64];
 		snprintf(what, sizeof(what), "of variable '%s' slice #%u", ps->name, ps->j);
 		if ((rc = dvar_slice_entry_decode(&ps->entry, val, vlen, what))) {
@@ -212,13 +262,49 @@ static int attach_slices(dvar_reader *r, scan_state *st)
 				return dvar_error_set(DVAR_ECORRUPT, "index lacks slice #%zu of variable '%s'",
 				                      j, v->name);
 			}
-		int rc = dvar_var_check(v, r->header.num_files, "index entry");
-		if (rc)
-			return rc;
 	}
 	if (r->num_vars != r->header.num_vars)
 		return dvar_error_set(DVAR_ECORRUPT, "index header counts %llu variables, the index holds %zu",
 		                      (unsigned long long)r->header.num_vars, r->num_vars);
+	return DVAR_OK;
+}
+
+/* The row pieces of a delta's variables, as attach_slices does for slices. */
+static int attach_pieces(dvar_reader *r, scan_state *st)
+{
+	uint64_t declared = 0;
+	for (size_t i = 0; i < r->num_vars; i++)
+		declared += r->vars[i].num_pieces;
+	if (declared != st->num_pieces)
+		return dvar_error_set(DVAR_ECORRUPT, "index lists %llu row pieces in its variable entries "
+		                      "but holds %zu", (unsigned long long)declared, st->num_pieces);
+	for (size_t i = 0; i < r->num_vars; i++) {
+		dvar_var_entry *v = &r->vars[i];
+		size_t n = v->num_pieces;
+		v->num_pieces = 0;
+		if (n && !(v->pieces = calloc(n, sizeof(dvar_piece))))
+			return dvar_error_set(DVAR_ENOMEM, "out of memory");
+		v->num_pieces = n;
+		for (size_t j = 0; j < n; j++)
+			v->pieces[j].num_rows = UINT64_MAX; /* marks "not seen" */
+	}
+	for (size_t k = 0; k < st->num_pieces; k++) {
+		pending_piece *pp = &st->pieces[k];
+		size_t i;
+		if (!find_index(r, pp->name, &i) || pp->j >= r->vars[i].num_pieces ||
+		    r->vars[i].pieces[pp->j].num_rows != UINT64_MAX)
+			return dvar_error_set(DVAR_ECORRUPT, "index holds row piece #%u of variable '%s', "
+			                      "which its variable entry does not list", pp->j, pp->name);
+		r->vars[i].pieces[pp->j] = pp->piece;
+		memset(&pp->piece, 0, sizeof(pp->piece));
+	}
+	for (size_t i = 0; i < r->num_vars; i++)
+		for (size_t j = 0; j < r->vars[i].num_pieces; j++)
+			if (r->vars[i].pieces[j].num_rows == UINT64_MAX) {
+				r->vars[i].pieces[j].num_rows = 0;
+				return dvar_error_set(DVAR_ECORRUPT, "index lacks row piece #%zu of variable '%s'",
+				                      j, r->vars[i].name);
+			}
 	return DVAR_OK;
 }
 
@@ -253,17 +339,84 @@ int dvar_read_options_init(dvar_read_options *opts, unsigned int version)
 	                         DVAR_READ_OPTIONS_VERSION);
 }
 
+static int open_reader(dvar_reader **out, const char *path, const dvar_read_options *opts,
+                       dvar_pool *pool, size_t depth);
+
+/*
+ * A delta's chain: its base is the checkpoint the header names, in the same
+ * directory, whose index is the one the delta was written over (the CRC),
+ * whose own chain is the rest of ours, and which holds every variable this
+ * delta leaves unchanged or patches, with the same dtype and shape.
+ */
+static int open_base(dvar_reader *r, size_t depth)
+{
+	const dvar_link *link = &r->header.chain[0];
+	char *parent = dvar_path_parent(r->dir), *dir = parent ? dvar_path_join(parent, link->name) : NULL;
+	dvar_header h;
+	uint32_t crc = 0;
+	int rc;
+	free(parent);
+	if (!dir)
+		return dvar_error_set(DVAR_ENOMEM, "out of memory");
+	if (!dvar_fs_is_dir(dir)) {
+		rc = dvar_error_set(DVAR_ENOTFOUND, "it is a delta over '%s', which is missing", dir);
+		goto done;
+	}
+	if ((rc = dvar_link_peek(dir, &h, &crc))) {
+		dvar_error_prefix("it is a delta over '%s', which is damaged", dir);
+		goto done;
+	}
+	int same = crc == link->index_crc && h.chain_len + 1 == r->header.chain_len;
+	for (size_t k = 0; same && k < h.chain_len; k++)
+		same = strcmp(h.chain[k].name, r->header.chain[k + 1].name) == 0 &&
+		       h.chain[k].index_crc == r->header.chain[k + 1].index_crc;
+	dvar_header_clear(&h);
+	if (!same) {
+		rc = dvar_error_set(DVAR_ECORRUPT, "it is a delta over '%s', but that is not the "
+		                    "checkpoint it was written over (its index differs)", dir);
+		goto done;
+	}
+	/* Progress is the delta's reader's to report, over everything it reads. */
+	dvar_read_options quiet = r->opts;
+	quiet.progress = NULL;
+	if ((rc = open_reader(&r->base, dir, &quiet, r->pool, depth + 1)))
+		goto done;
+	for (size_t i = 0; i < r->num_vars && !rc; i++) {
+		dvar_var_entry *v = &r->vars[i];
+		const dvar_var_entry *b;
+		if (v->delta == DVAR_DELTA_WHOLE)
+			continue;
+		if (!find_index(r->base, v->name, &v->base_index))
+			rc = dvar_error_set(DVAR_ECORRUPT, "variable '%s' is a change over '%s', which does not "
+			                    "hold it", v->name, dir);
+		else if (b = &r->base->vars[v->base_index],
+		         b->dtype != v->dtype || !dvar_shape_equal(&b->shape, &v->shape))
+			rc = dvar_error_set(DVAR_ECORRUPT, "variable '%s' is a change over '%s', which holds "
+			                    "it with another dtype or shape", v->name, dir);
+	}
+done:
+	free(dir);
+	return rc;
+}
+
 int dvar_reader_open(dvar_reader **out, const char *path, const dvar_read_options *opts)
 {
 	if (!out || !path)
 		return dvar_error_set(DVAR_EINVAL, "dvar_reader_open: NULL argument");
 	*out = NULL;
-	dvar_read_options def = DVAR_READ_OPTIONS_INIT;
 	if (opts &&
 	    dvar_check_version("dvar_read_options", opts->version, DVAR_READ_OPTIONS_VERSION))
 		return DVAR_EINVAL;
+	return open_reader(out, path, opts, NULL, 0);
+}
+
+/* A reader of path; pool: the delta's whose link it is (depth below it), or NULL for its own. */
+static int open_reader(dvar_reader **out, const char *path, const dvar_read_options *opts,
+                       dvar_pool *pool, size_t depth)
+{
+	dvar_read_options def = DVAR_READ_OPTIONS_INIT;
 	dvar_reader *r = calloc(1, sizeof(*r));
-	scan_state st = { r, 0, NULL, 0, 0, 0 };
+	scan_state st = { r, 0, NULL, 0, 0, NULL, 0, 0, 0 };
 	char *index = NULL;
 	int rc;
 	if (!r)
@@ -299,8 +452,25 @@ int dvar_reader_open(dvar_reader **out, const char *path, const dvar_read_option
 		rc = dvar_error_set(DVAR_ECORRUPT, "index is empty: not a dvar checkpoint");
 		goto fail;
 	}
-	if ((rc = attach_slices(r, &st)) || (rc = open_files(r)) ||
-	    (rc = dvar_pool_create(&r->pool, r->opts.threads)))
+	if ((rc = attach_slices(r, &st)) || (rc = attach_pieces(r, &st)))
+		goto fail;
+	for (size_t i = 0; i < r->num_vars; i++)
+		if ((rc = dvar_var_check(&r->vars[i], r->header.num_files, "index entry")))
+			goto fail;
+	if (r->header.chain_len && depth + r->header.chain_len > DVAR_MAX_CHAIN) {
+		rc = dvar_error_set(DVAR_ECORRUPT, "its chain of deltas is longer than %d links",
+		                    DVAR_MAX_CHAIN);
+		goto fail;
+	}
+	if ((rc = open_files(r)))
+		goto fail;
+	if (pool) {
+		r->pool = pool;
+		r->shares_pool = 1;
+	} else if ((rc = dvar_pool_create(&r->pool, r->opts.threads))) {
+		goto fail;
+	}
+	if (r->header.chain_len && (rc = open_base(r, depth)))
 		goto fail;
 	*out = r;
 fail:
@@ -309,6 +479,11 @@ fail:
 		dvar_slice_entry_clear(&st.slices[k].entry);
 	}
 	free(st.slices);
+	for (size_t k = 0; k < st.num_pieces; k++) {
+		free(st.pieces[k].name);
+		dvar_piece_clear(&st.pieces[k].piece);
+	}
+	free(st.pieces);
 	if (rc) {
 		if (r->dir)
 			dvar_error_prefix("%scheckpoint '%s'", r->is_tf ? "TensorFlow " : "", r->dir);
@@ -322,7 +497,9 @@ void dvar_reader_free(dvar_reader *r)
 {
 	if (!r)
 		return;
-	dvar_pool_free(r->pool);
+	dvar_reader_free(r->base);
+	if (!r->shares_pool)
+		dvar_pool_free(r->pool);
 	for (uint32_t f = 0; r->files && f < r->header.num_files; f++) {
 		if (r->files[f].fd >= 0)
 			close(r->files[f].fd);
@@ -359,21 +536,100 @@ static int check_var_index(const dvar_reader *r, size_t i)
 	return DVAR_OK;
 }
 
+/*
+ * Variable v of r followed down the chain: past the links that leave it
+ * unchanged and, with patches, past those that patch rows of it too, to
+ * the entry (and its link) whose slices are what it reads as (all of it,
+ * or before the patches). Without patches, a patched entry ends the walk.
+ */
+static const dvar_var_entry *holder_of(const dvar_reader *r, const dvar_var_entry *v,
+                                       const dvar_reader **link, int patches)
+{
+	while (v->delta == DVAR_DELTA_SAME || (patches && v->delta == DVAR_DELTA_ROWS)) {
+		v = &r->base->vars[v->base_index];
+		r = r->base;
+	}
+	if (link)
+		*link = r;
+	return v;
+}
+
+/* Where the layout of v's full value is saved: its slices, as the chain's
+ * full checkpoint (or the delta that last wrote it whole) has them. */
+static const dvar_var_entry *holder(const dvar_reader *r, const dvar_var_entry *v,
+                                    const dvar_reader **link)
+{
+	return holder_of(r, v, link, 1);
+}
+
 int dvar_reader_var(const dvar_reader *r, size_t i, dvar_var_info *out)
 {
 	int rc = check_var_index(r, i);
 	if (rc || !out)
 		return rc ? rc : dvar_error_set(DVAR_EINVAL, "NULL argument");
 	const dvar_var_entry *v = &r->vars[i];
+	/* A delta's variable is described as saved in full, where that is. */
+	const dvar_var_entry *h = holder(r, v, NULL);
 	out->name = v->name;
 	out->dtype = v->dtype;
 	out->shape = v->shape;
-	out->num_slices = v->num_slices;
+	out->num_slices = h->num_slices;
+	out->raw_bytes = h->raw_bytes;
+	out->stored_bytes = h->stored_bytes;
+	out->num_chunks = 0;
+	for (size_t j = 0; j < h->num_slices; j++)
+		out->num_chunks += h->slices[j].num_chunks;
+	return DVAR_OK;
+}
+
+size_t dvar_reader_num_links(const dvar_reader *r)
+{
+	size_t n = 0;
+	for (; r; r = r->base)
+		n++;
+	return n;
+}
+
+int dvar_reader_link(const dvar_reader *r, size_t k, dvar_link_info *out)
+{
+	if (!r || !out)
+		return dvar_error_set(DVAR_EINVAL, "dvar_reader_link: NULL argument");
+	const dvar_reader *l = r;
+	for (size_t n = 0; l && n < k; n++)
+		l = l->base;
+	if (!l)
+		return dvar_error_set(DVAR_EINVAL, "checkpoint '%s' has %zu links, not %zu", r->dir,
+		                      dvar_reader_num_links(r), k + 1);
+	memset(out, 0, sizeof(*out));
+	out->path = l->dir;
+	out->is_delta = l->base != NULL;
+	for (uint32_t f = 0; f < l->header.num_files; f++)
+		out->bytes += l->header.file_sizes[f];
+	for (size_t i = 0; i < l->num_vars; i++) {
+		const dvar_var_entry *v = &l->vars[i];
+		if (v->delta == DVAR_DELTA_SAME)
+			out->vars_unchanged++;
+		else if (v->delta == DVAR_DELTA_ROWS)
+			out->vars_patched++;
+		else
+			out->vars_whole++;
+	}
+	return DVAR_OK;
+}
+
+int dvar_reader_var_delta(const dvar_reader *r, size_t i, dvar_var_delta *out)
+{
+	int rc = check_var_index(r, i);
+	if (rc || !out)
+		return rc ? rc : dvar_error_set(DVAR_EINVAL, "NULL argument");
+	const dvar_var_entry *v = &r->vars[i];
+	memset(out, 0, sizeof(*out));
+	out->kind = v->delta == DVAR_DELTA_SAME ? DVAR_DELTA_UNCHANGED :
+	            v->delta == DVAR_DELTA_ROWS ? DVAR_DELTA_PATCHED : DVAR_DELTA_FULL;
 	out->raw_bytes = v->raw_bytes;
 	out->stored_bytes = v->stored_bytes;
-	out->num_chunks = 0;
-	for (size_t j = 0; j < v->num_slices; j++)
-		out->num_chunks += v->slices[j].num_chunks;
+	for (size_t k = 0; k < v->num_pieces; k++)
+		out->rows += v->pieces[k].num_rows;
 	return DVAR_OK;
 }
 
@@ -391,16 +647,20 @@ int dvar_reader_var_slice(const dvar_reader *r, size_t i, size_t j, dvar_slice *
 	int rc = check_var_index(r, i);
 	if (rc || !out)
 		return rc ? rc : dvar_error_set(DVAR_EINVAL, "NULL argument");
-	if (j >= r->vars[i].num_slices)
-		return dvar_error_set(DVAR_EINVAL, "variable '%s' has %zu slices, not %zu", r->vars[i].name,
-		                      r->vars[i].num_slices, j + 1);
-	*out = r->vars[i].slices[j].slice;
+	const dvar_var_entry *h = holder(r, &r->vars[i], NULL);
+	if (j >= h->num_slices)
+		return dvar_error_set(DVAR_EINVAL, "variable '%s' has %zu slices, not %zu", h->name,
+		                      h->num_slices, j + 1);
+	*out = h->slices[j].slice;
 	return DVAR_OK;
 }
 
 uint64_t dvar_reader_bytes_read(const dvar_reader *r)
 {
-	return r ? atomic_load(&r->bytes_read) : 0;
+	uint64_t n = 0;
+	for (; r; r = r->base)
+		n += atomic_load(&r->bytes_read);
+	return n;
 }
 
 size_t dvar_reader_var_num_attrs(const dvar_reader *r, size_t i)
@@ -942,6 +1202,154 @@ static int check_coverage(const dvar_var_entry *v, const dvar_slice *want)
 	                      v->num_slices, (unsigned long long)(need - got), (unsigned long long)need);
 }
 
+/* want of v's saved slices into dst (want's own row-major buffer). */
+static int read_slices(dvar_reader *r, const dvar_var_entry *v, const dvar_slice *want, void *dst)
+{
+	int rc = check_coverage(v, want);
+	if (rc)
+		return rc;
+	read_ctx ctx = { 0 };
+	ctx.r = r;
+	ctx.v = v;
+	ctx.want = want;
+	ctx.dst = dst;
+	ctx.esize = dvar_dtype_size(v->dtype);
+	if (v->num_slices && !(ctx.direct_first = calloc(v->num_slices, sizeof(uint64_t))))
+		return dvar_error_set(DVAR_ENOMEM, "out of memory");
+	if (!(rc = plan(&ctx))) {
+		atomic_store(&r->progress_done, 0);
+		r->progress_total = 0;
+		for (size_t k = 0; k < ctx.num_tasks; k++)
+			r->progress_total += ctx.tasks[k].hi - ctx.tasks[k].lo;
+		rc = dvar_pool_for(r->pool, ctx.num_tasks, run_task, &ctx);
+	}
+	free(ctx.tasks);
+	free(ctx.direct_first);
+	return rc;
+}
+
+/* A piece's stream read as a variable of its own: one slice covering it. */
+static void stream_view(dvar_var_entry *view, const dvar_var_entry *v, int dtype,
+                        const dvar_slice_entry *s)
+{
+	memset(view, 0, sizeof(*view));
+	view->name = v->name;
+	view->dtype = dtype;
+	view->shape.rank = s->slice.rank;
+	for (int d = 0; d < s->slice.rank; d++)
+		view->shape.dims[d] = s->slice.length[d];
+	view->num_slices = 1;
+	view->slices = (dvar_slice_entry *)s;
+}
+
+/* The ids of piece pc of v, read once and held to what the index says of them. */
+static int piece_ids(dvar_reader *r, const dvar_var_entry *v, dvar_piece *pc)
+{
+	dvar_var_entry view;
+	dvar_slice all;
+	int64_t *ids;
+	int rc;
+	if (pc->loaded)
+		return DVAR_OK;
+	if (!(ids = malloc((size_t)pc->num_rows * sizeof(*ids))))
+		return dvar_error_set(DVAR_ENOMEM, "variable '%s': out of memory for %llu row ids",
+		                      v->name, (unsigned long long)pc->num_rows);
+	stream_view(&view, v, DVAR_INT64, &pc->ids);
+	dvar_slice_full(&all, &view.shape);
+	if ((rc = read_slices(r, &view, &all, ids))) {
+		free(ids);
+		return rc;
+	}
+	for (uint64_t k = 0; k < pc->num_rows; k++)
+		if (ids[k] < pc->first_row || ids[k] > pc->last_row || (k && ids[k] <= ids[k - 1]) ||
+		    (k == 0 && ids[k] != pc->first_row) ||
+		    (k + 1 == pc->num_rows && ids[k] != pc->last_row)) {
+			free(ids);
+			return dvar_error_set(DVAR_ECORRUPT, "checkpoint '%s' variable '%s': row id %llu of a "
+			                      "row piece is %lld, out of order or outside rows %lld..%lld",
+			                      r->dir, v->name, (unsigned long long)k, (long long)ids[k],
+			                      (long long)pc->first_row, (long long)pc->last_row);
+		}
+	pc->loaded = ids;
+	return DVAR_OK;
+}
+
+/* The first of the n increasing ids that is >= x. */
+static uint64_t lower_bound(const int64_t *ids, uint64_t n, int64_t x)
+{
+	uint64_t lo = 0, hi = n;
+	while (lo < hi) {
+		uint64_t mid = lo + (hi - lo) / 2;
+		if (ids[mid] < x)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+/* Rows of a patch copied at a time: bounds the memory a patch read takes. */
+#define PATCH_BATCH_BYTES ((uint64_t)32 << 20)
+
+/* Overwrite the rows of want (already holding the base's) that v's pieces replace. */
+static int apply_pieces(dvar_reader *r, const dvar_var_entry *v, const dvar_slice *want,
+                        unsigned char *dst)
+{
+	int64_t a = want->start[0], b = a + want->length[0];
+	size_t esize = dvar_dtype_size(v->dtype);
+	uint64_t row_elems = 1;
+	unsigned char *tmp = NULL;
+	int rc = DVAR_OK;
+	for (int d = 1; d < want->rank; d++)
+		row_elems *= (uint64_t)want->length[d];
+	uint64_t row_bytes = row_elems * esize;
+	if (a >= b || row_bytes == 0)
+		return DVAR_OK;
+	uint64_t batch = PATCH_BATCH_BYTES / row_bytes ? PATCH_BATCH_BYTES / row_bytes : 1;
+	for (size_t k = 0; k < v->num_pieces && !rc; k++) {
+		dvar_piece *pc = &v->pieces[k];
+		if (pc->last_row < a || pc->first_row >= b)
+			continue;
+		if ((rc = piece_ids(r, v, pc)))
+			break;
+		uint64_t p0 = lower_bound(pc->loaded, pc->num_rows, a);
+		uint64_t p1 = lower_bound(pc->loaded, pc->num_rows, b);
+		dvar_var_entry view;
+		stream_view(&view, v, v->dtype, &pc->rows);
+		for (uint64_t q0 = p0; q0 < p1 && !rc; q0 += batch) {
+			uint64_t q1 = q0 + batch < p1 ? q0 + batch : p1;
+			dvar_slice part = *want;
+			part.start[0] = (int64_t)q0;
+			part.length[0] = (int64_t)(q1 - q0);
+			if (!tmp && !(tmp = malloc((size_t)(batch * row_bytes)))) {
+				rc = dvar_error_set(DVAR_ENOMEM, "variable '%s': out of memory", v->name);
+				break;
+			}
+			if ((rc = read_slices(r, &view, &part, tmp)))
+				break;
+			for (uint64_t q = q0; q < q1; q++)
+				memcpy(dst + (uint64_t)(pc->loaded[q] - a) * row_bytes, tmp + (q - q0) * row_bytes,
+				       (size_t)row_bytes);
+		}
+	}
+	free(tmp);
+	return rc;
+}
+
+/*
+ * Variable v of r: its own slices; or, in a delta, the base's value
+ * (unchanged), or the base's with the rows the delta replaces.
+ */
+static int read_var(dvar_reader *r, const dvar_var_entry *v, const dvar_slice *want, void *dst)
+{
+	int rc;
+	if (v->delta == DVAR_DELTA_WHOLE)
+		return read_slices(r, v, want, dst);
+	if ((rc = read_var(r->base, &r->base->vars[v->base_index], want, dst)))
+		return rc;
+	return v->delta == DVAR_DELTA_ROWS ? apply_pieces(r, v, want, dst) : DVAR_OK;
+}
+
 int dvar_reader_read(dvar_reader *r, size_t i, const dvar_slice *slice, void *dst, size_t dst_bytes)
 {
 	int rc = check_var_index(r, i);
@@ -967,27 +1375,7 @@ int dvar_reader_read(dvar_reader *r, size_t i, const dvar_slice *slice, void *ds
 		                      (unsigned long long)bytes);
 	if (bytes && !dst)
 		return dvar_error_set(DVAR_EINVAL, "reading variable '%s': NULL destination", v->name);
-	if ((rc = check_coverage(v, &want)))
-		return rc;
-
-	read_ctx ctx = { 0 };
-	ctx.r = r;
-	ctx.v = v;
-	ctx.want = &want;
-	ctx.dst = dst;
-	ctx.esize = dvar_dtype_size(v->dtype);
-	if (v->num_slices && !(ctx.direct_first = calloc(v->num_slices, sizeof(uint64_t))))
-		return dvar_error_set(DVAR_ENOMEM, "out of memory");
-	if (!(rc = plan(&ctx))) {
-		atomic_store(&r->progress_done, 0);
-		r->progress_total = 0;
-		for (size_t k = 0; k < ctx.num_tasks; k++)
-			r->progress_total += ctx.tasks[k].hi - ctx.tasks[k].lo;
-		rc = dvar_pool_for(r->pool, ctx.num_tasks, run_task, &ctx);
-	}
-	free(ctx.tasks);
-	free(ctx.direct_first);
-	return rc;
+	return read_var(r, v, &want, dst);
 }
 
 /* ---------------------------------------------------------------- strings */
@@ -1072,6 +1460,56 @@ static int verify_chunk(void *vctx, size_t ci)
 	return rc == DVAR_ENOMEM ? rc : DVAR_OK;
 }
 
+/* Every chunk of one saved stream (a slice, or a piece's ids or rows). */
+static int verify_entry(dvar_reader *r, const dvar_var_entry *v, const dvar_slice_entry *s,
+                        dvar_bad_chunk_fn bad, void *userdata, uint64_t *nbad)
+{
+	size_t n = s->num_chunks;
+	int rc;
+	verify_ctx ctx = { r, v, s, calloc(n ? n : 1, sizeof(int)), calloc(n ? n : 1, sizeof(char *)) };
+	if (!ctx.codes || !ctx.messages)
+		rc = dvar_error_set(DVAR_ENOMEM, "out of memory");
+	else
+		rc = dvar_pool_for(r->pool, n, verify_chunk, &ctx);
+	for (size_t ci = 0; !rc && ci < n; ci++) {
+		if (!ctx.codes[ci])
+			continue;
+		(*nbad)++;
+		if (bad) {
+			dvar_bad_chunk b = { v->name, r->files[s->file].path, s->chunks[ci].offset, ci,
+			                     ctx.codes[ci], ctx.messages[ci] };
+			bad(userdata, &b);
+		}
+	}
+	for (size_t ci = 0; ctx.messages && ci < n; ci++)
+		free(ctx.messages[ci]);
+	free(ctx.codes);
+	free(ctx.messages);
+	return rc;
+}
+
+/* A piece whose chunks are sound must also hold ids in order, inside its range. */
+static int verify_piece(dvar_reader *r, const dvar_var_entry *v, dvar_piece *pc,
+                        dvar_bad_chunk_fn bad, void *userdata, uint64_t *nbad)
+{
+	uint64_t before = *nbad;
+	int rc = verify_entry(r, v, &pc->ids, bad, userdata, nbad);
+	if (!rc)
+		rc = verify_entry(r, v, &pc->rows, bad, userdata, nbad);
+	if (rc || *nbad != before)
+		return rc;
+	if ((rc = piece_ids(r, v, pc)) == DVAR_OK || rc == DVAR_ENOMEM)
+		return rc;
+	(*nbad)++;
+	if (bad) {
+		dvar_bad_chunk b = { v->name, r->files[pc->ids.file].path,
+		                     pc->ids.num_chunks ? pc->ids.chunks[0].offset : 0, 0, rc,
+		                     dvar_error_last()->message };
+		bad(userdata, &b);
+	}
+	return DVAR_OK;
+}
+
 int dvar_reader_verify(dvar_reader *r, dvar_bad_chunk_fn bad, void *userdata, uint64_t *num_bad)
 {
 	if (!r)
@@ -1080,32 +1518,17 @@ int dvar_reader_verify(dvar_reader *r, dvar_bad_chunk_fn bad, void *userdata, ui
 	int rc = DVAR_OK;
 	atomic_store(&r->progress_done, 0);
 	r->progress_total = 0;
-	for (size_t i = 0; i < r->num_vars; i++)
-		r->progress_total += r->vars[i].stored_bytes;
-	for (size_t i = 0; i < r->num_vars && !rc; i++) {
-		const dvar_var_entry *v = &r->vars[i];
-		for (size_t j = 0; j < v->num_slices && !rc; j++) {
-			const dvar_slice_entry *s = &v->slices[j];
-			size_t n = s->num_chunks;
-			verify_ctx ctx = { r, v, s, calloc(n ? n : 1, sizeof(int)), calloc(n ? n : 1, sizeof(char *)) };
-			if (!ctx.codes || !ctx.messages)
-				rc = dvar_error_set(DVAR_ENOMEM, "out of memory");
-			else
-				rc = dvar_pool_for(r->pool, n, verify_chunk, &ctx);
-			for (size_t ci = 0; !rc && ci < n; ci++) {
-				if (!ctx.codes[ci])
-					continue;
-				nbad++;
-				if (bad) {
-					dvar_bad_chunk b = { v->name, r->files[s->file].path, s->chunks[ci].offset, ci,
-					                     ctx.codes[ci], ctx.messages[ci] };
-					bad(userdata, &b);
-				}
-			}
-			for (size_t ci = 0; ctx.messages && ci < n; ci++)
-				free(ctx.messages[ci]);
-			free(ctx.codes);
-			free(ctx.messages);
+	/* Every link of a delta's chain: this one's bytes, then its base's. */
+	for (const dvar_reader *l = r; l; l = l->base)
+		for (size_t i = 0; i < l->num_vars; i++)
+			r->progress_total += l->vars[i].stored_bytes;
+	for (dvar_reader *l = r; l && !rc; l = l->base) {
+		for (size_t i = 0; i < l->num_vars && !rc; i++) {
+			dvar_var_entry *v = &l->vars[i];
+			for (size_t j = 0; j < v->num_slices && !rc; j++)
+				rc = verify_entry(l, v, &v->slices[j], bad, userdata, &nbad);
+			for (size_t k = 0; k < v->num_pieces && !rc; k++)
+				rc = verify_piece(l, v, &v->pieces[k], bad, userdata, &nbad);
 		}
 	}
 	if (num_bad)
@@ -1189,7 +1612,14 @@ int dvar_reader_map(dvar_reader *r, size_t i, size_t j, uint32_t flags, dvar_map
 	memset(out, 0, sizeof(*out));
 	if (flags & ~DVAR_MAP_VERIFY)
 		return dvar_error_set(DVAR_EINVAL, "dvar_reader_map: unknown flags 0x%x", flags);
-	const dvar_var_entry *v = &r->vars[i];
+	/* An unchanged variable maps where it is saved. */
+	const dvar_reader *link;
+	const dvar_var_entry *v = holder_of(r, &r->vars[i], &link, 0);
+	if (v->delta == DVAR_DELTA_ROWS)
+		return dvar_error_set(DVAR_ENOTSUPP, "cannot map variable '%s': checkpoint '%s' holds only "
+		                      "its changed rows, over '%s'; export it whole first", v->name,
+		                      link->dir, link->base->dir);
+	r = (dvar_reader *)link;
 	if (j == DVAR_MAP_WHOLE) {
 		if (v->num_slices != 1)
 			return dvar_error_set(DVAR_ENOTSUPP, "cannot map variable '%s' whole: it is saved as %zu "
@@ -1266,7 +1696,11 @@ void dvar_reader_unmap(dvar_mapping *m)
 
 const dvar_var_entry *dvar_reader_entry(const dvar_reader *r, size_t i)
 {
-	return i < r->num_vars ? &r->vars[i] : NULL;
+	/* Unchanged in a delta: the entry where it is saved; patched: its own
+	 * (no slices), which digests read through. */
+	if (i >= r->num_vars)
+		return NULL;
+	return holder_of(r, &r->vars[i], NULL, 0);
 }
 
 int dvar_reader_is_tf(const dvar_reader *r)

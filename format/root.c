@@ -200,6 +200,29 @@ static int delete_checkpoint(const char *root, const char *name)
 	return rc;
 }
 
+/*
+ * Mark in keep[0..drop) the checkpoints that a kept one, list[drop..n),
+ * needs: every link of its chain. 0 when every kept checkpoint's chain was
+ * read; an error when one could not be, and then nothing may be deleted.
+ */
+static int keep_chains(const char *root, char **list, size_t n, size_t drop, int *keep)
+{
+	for (size_t i = drop; i < n; i++) {
+		char *dir = dvar_path_join(root, list[i]);
+		dvar_header h;
+		uint32_t crc;
+		int rc = dir ? dvar_link_peek(dir, &h, &crc) : DVAR_ENOMEM;
+		free(dir);
+		if (rc)
+			return rc;
+		for (size_t k = 0; k < h.chain_len; k++)
+			for (size_t j = 0; j < drop; j++)
+				keep[j] |= strcmp(list[j], h.chain[k].name) == 0;
+		dvar_header_clear(&h);
+	}
+	return DVAR_OK;
+}
+
 int dvar_root_publish(const char *root, const char *name, int keep_last)
 {
 	dvar_checkpoint_state old, next = { 0 };
@@ -221,14 +244,38 @@ int dvar_root_publish(const char *root, const char *name, int keep_last)
 			list[n++] = old.all[i];
 	list[n++] = (char *)name;
 	size_t drop = keep_last > 0 && n > (size_t)keep_last ? n - (size_t)keep_last : 0;
+	/* A checkpoint beyond keep_last that a kept delta is written over stays
+	 * listed until no kept checkpoint needs it; when a kept one's chain
+	 * cannot be read, nothing is deleted this time. */
+	int *keep = calloc(drop ? drop : 1, sizeof(*keep));
+	char **kept = calloc(n, sizeof(*kept));
+	size_t nk = 0;
+	if (!keep || !kept) {
+		free(keep);
+		free(kept);
+		free(list);
+		dvar_checkpoint_state_clear(&old);
+		return dvar_error_set(DVAR_ENOMEM, "out of memory");
+	}
+	if (drop && keep_chains(root, list, n, drop, keep) != DVAR_OK) {
+		for (size_t j = 0; j < drop; j++)
+			keep[j] = 1;
+		dvar_error_clear();
+	}
+	for (size_t i = 0; i < n; i++)
+		if (i >= drop || keep[i])
+			kept[nk++] = list[i];
 	next.latest = (char *)name;
-	next.all = list + drop;
-	next.num_all = n - drop;
+	next.all = kept;
+	next.num_all = nk;
 	DVAR_FAULT_POINT("before-pointer");
 	rc = dvar_pointer_write(root, &next);
 	DVAR_FAULT_POINT("pointer-written");
 	for (size_t i = 0; !rc && i < drop; i++)
-		rc = delete_checkpoint(root, list[i]);
+		if (!keep[i])
+			rc = delete_checkpoint(root, list[i]);
+	free(keep);
+	free(kept);
 	free(list);
 	dvar_checkpoint_state_clear(&old);
 	return rc;
@@ -309,6 +356,11 @@ int dvar_root_list_open(dvar_root_list **out, const char *root)
 		char *index = dir ? dvar_path_join(dir, DVAR_INDEX_NAME) : NULL;
 		int is_ckpt = index && dvar_fs_exists(index);
 		uint64_t bytes = is_ckpt ? dvar_fs_dir_bytes(dir) : 0;
+		dvar_header h = { 0 };
+		uint32_t crc;
+		/* A damaged index lists as a checkpoint without a base; reading it says more. */
+		if (is_ckpt && dvar_link_peek(dir, &h, &crc) != DVAR_OK)
+			dvar_error_clear();
 		free(index);
 		free(dir);
 		if (!is_ckpt)
@@ -317,6 +369,7 @@ int dvar_root_list_open(dvar_root_list **out, const char *root)
 			cap = cap ? cap * 2 : 16;
 			dvar_root_entry *grown = realloc(l->entries, cap * sizeof(*grown));
 			if (!grown) {
+				dvar_header_clear(&h);
 				rc = dvar_error_set(DVAR_ENOMEM, "out of memory");
 				break;
 			}
@@ -324,10 +377,14 @@ int dvar_root_list_open(dvar_root_list **out, const char *root)
 		}
 		dvar_root_entry *en = &l->entries[l->count];
 		memset(en, 0, sizeof(*en));
-		if (!(en->name = strdup(e->d_name))) {
+		if (!(en->name = strdup(e->d_name)) ||
+		    (h.chain_len && !(en->base = strdup(h.chain[0].name)))) {
+			free((char *)en->name);
+			dvar_header_clear(&h);
 			rc = dvar_error_set(DVAR_ENOMEM, "out of memory");
 			break;
 		}
+		dvar_header_clear(&h);
 		l->count++;
 		en->step = step_of(en->name);
 		en->bytes = bytes;
@@ -383,8 +440,10 @@ void dvar_root_list_free(dvar_root_list *l)
 {
 	if (!l)
 		return;
-	for (size_t i = 0; i < l->count; i++)
+	for (size_t i = 0; i < l->count; i++) {
 		free((char *)l->entries[i].name);
+		free((char *)l->entries[i].base);
+	}
 	free(l->entries);
 	for (size_t i = 0; i < l->num_leftovers; i++) {
 		free((char *)l->leftovers[i].name);

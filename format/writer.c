@@ -521,6 +521,118 @@ int dvar_writer_check_usable(const dvar_writer *w)
 	return DVAR_OK;
 }
 
+/* se's chunk layout for bytes of slice sl: chunks and block checksums
+ * allocated, to be filled as the chunks are written. */
+static int layout_entry(dvar_writer *w, dvar_slice_entry *se, const dvar_slice *sl, uint64_t bytes)
+{
+	memset(se, 0, sizeof(*se));
+	se->slice = *sl;
+	se->file = w->part;
+	se->raw_bytes = bytes;
+	se->chunk_size = w->opts.chunk_size;
+	se->num_chunks = (size_t)((bytes + se->chunk_size - 1) / se->chunk_size);
+	for (size_t i = 0; i < se->num_chunks; i++)
+		se->num_block_crcs += dvar_chunk_num_blocks(se, i);
+	if ((se->num_chunks && !(se->chunks = calloc(se->num_chunks, sizeof(dvar_chunk)))) ||
+	    (se->num_block_crcs && !(se->block_crcs = malloc(se->num_block_crcs * sizeof(uint32_t))))) {
+		dvar_slice_entry_clear(se);
+		w->broken = 1;
+		return dvar_error_set(DVAR_ENOMEM, "out of memory");
+	}
+	/* Block checksums are laid out for every chunk; compressed chunks give theirs back in
+	 * compact_entry. */
+	for (size_t i = 0, blk = 0; i < se->num_chunks; i++) {
+		se->chunks[i].first_block = (uint32_t)blk;
+		blk += dvar_chunk_num_blocks(se, i);
+	}
+	return DVAR_OK;
+}
+
+/* Every chunk of se is written: keep block checksums of raw chunks only, in
+ * chunk order; the stored bytes. */
+static uint64_t compact_entry(dvar_slice_entry *se)
+{
+	size_t kept = 0;
+	uint64_t stored = 0;
+	for (size_t i = 0; i < se->num_chunks; i++) {
+		dvar_chunk *c = &se->chunks[i];
+		stored += c->stored;
+		if (c->codec != DVAR_CODEC_RAW)
+			continue;
+		uint32_t nb = dvar_chunk_num_blocks(se, i);
+		memmove(se->block_crcs + kept, se->block_crcs + c->first_block, nb * sizeof(uint32_t));
+		c->first_block = (uint32_t)kept;
+		kept += nb;
+	}
+	se->num_block_crcs = kept;
+	return stored;
+}
+
+static const char *delta_text(uint32_t delta)
+{
+	return delta == DVAR_DELTA_SAME ? "unchanged since the base" :
+	       delta == DVAR_DELTA_ROWS ? "as changed rows" : "with its values";
+}
+
+/*
+ * The variable name of this writer (created when new, as mode delta), after
+ * the checks every add makes: name, dtype and shape (*shape); a variable
+ * added before must have the same dtype, shape and mode.
+ */
+static int var_for(dvar_writer *w, const char *name, int dtype, const dvar_shape *full,
+                   uint32_t delta, dvar_shape *shape, dvar_var_entry **out)
+{
+	uint64_t full_bytes;
+	int rc;
+	*out = NULL;
+	if ((rc = dvar_writer_check_usable(w)))
+		return rc;
+	if ((rc = check_name(name)))
+		return rc;
+	if (!dvar_dtype_size(dtype))
+		return dvar_error_set(DVAR_EINVAL, "variable '%s': unknown dtype %d", name, dtype);
+	if ((rc = dvar_shape_init(shape, full->rank, full->dims)) ||
+	    (rc = dvar_shape_num_bytes(shape, dtype, &full_bytes)))
+		return dvar_error_prefix("variable '%s'", name);
+	dvar_var_entry *v = find_var(w, name);
+	if (v) {
+		if (v->dtype != dtype || !dvar_shape_equal(&v->shape, shape)) {
+			char s1[128], s2[128];
+			dvar_shape_format(&v->shape, s1, sizeof(s1));
+			dvar_shape_format(shape, s2, sizeof(s2));
+			return dvar_error_set(DVAR_ESHAPE, "variable '%s' was added as %s %s, now as %s %s",
+			                      name, dvar_dtype_name(v->dtype), s1, dvar_dtype_name(dtype), s2);
+		}
+		if (v->delta != delta || delta == DVAR_DELTA_SAME)
+			return dvar_error_set(DVAR_EINVAL, "variable '%s' was added %s; it cannot be added "
+			                      "%s too", name, delta_text(v->delta), delta_text(delta));
+		*out = v;
+		return DVAR_OK;
+	}
+	if (w->num_vars == w->cap_vars) {
+		size_t cap = w->cap_vars ? w->cap_vars * 2 : 16;
+		dvar_var_entry *p = realloc(w->vars, cap * sizeof(*p));
+		if (!p)
+			return dvar_error_set(DVAR_ENOMEM, "out of memory");
+		w->vars = p;
+		w->cap_vars = cap;
+	}
+	v = &w->vars[w->num_vars];
+	memset(v, 0, sizeof(*v));
+	if (!(v->name = strdup(name)))
+		return dvar_error_set(DVAR_ENOMEM, "out of memory");
+	v->dtype = dtype;
+	v->shape = *shape;
+	v->delta = delta;
+	if ((rc = table_insert(w, w->num_vars))) {
+		free(v->name);
+		return rc;
+	}
+	w->num_vars++;
+	*out = v;
+	return DVAR_OK;
+}
+
 /*
  * Check a slice about to be written and reserve its entry: the variable
  * (created when new) gets the entry at slices[num_slices], with its chunk
@@ -530,17 +642,11 @@ static int open_slice(dvar_writer *w, const char *name, int dtype, const dvar_sh
                       const dvar_slice *slice, int have_data, size_t *vi)
 {
 	int rc;
-	if ((rc = dvar_writer_check_usable(w)))
-		return rc;
-	if ((rc = check_name(name)))
-		return rc;
-	if (!dvar_dtype_size(dtype))
-		return dvar_error_set(DVAR_EINVAL, "variable '%s': unknown dtype %d", name, dtype);
 	dvar_shape shape;
-	uint64_t full_bytes, bytes;
-	if ((rc = dvar_shape_init(&shape, full->rank, full->dims)) ||
-	    (rc = dvar_shape_num_bytes(&shape, dtype, &full_bytes)))
-		return dvar_error_prefix("variable '%s'", name);
+	uint64_t bytes;
+	dvar_var_entry *v;
+	if ((rc = var_for(w, name, dtype, full, DVAR_DELTA_WHOLE, &shape, &v)))
+		return rc;
 	dvar_slice sl;
 	if (slice)
 		sl = *slice;
@@ -555,36 +661,6 @@ static int open_slice(dvar_writer *w, const char *name, int dtype, const dvar_sh
 		return dvar_error_set(DVAR_EINVAL, "variable '%s': data is NULL", name);
 
 	char a[256], b[256];
-	dvar_var_entry *v = find_var(w, name);
-	if (v) {
-		if (v->dtype != dtype || !dvar_shape_equal(&v->shape, &shape)) {
-			char s1[128], s2[128];
-			dvar_shape_format(&v->shape, s1, sizeof(s1));
-			dvar_shape_format(&shape, s2, sizeof(s2));
-			return dvar_error_set(DVAR_ESHAPE, "variable '%s' was added as %s %s, now as %s %s",
-			                      name, dvar_dtype_name(v->dtype), s1, dvar_dtype_name(dtype), s2);
-		}
-	} else {
-		if (w->num_vars == w->cap_vars) {
-			size_t cap = w->cap_vars ? w->cap_vars * 2 : 16;
-			dvar_var_entry *p = realloc(w->vars, cap * sizeof(*p));
-			if (!p)
-				return dvar_error_set(DVAR_ENOMEM, "out of memory");
-			w->vars = p;
-			w->cap_vars = cap;
-		}
-		v = &w->vars[w->num_vars];
-		memset(v, 0, sizeof(*v));
-		if (!(v->name = strdup(name)))
-			return dvar_error_set(DVAR_ENOMEM, "out of memory");
-		v->dtype = dtype;
-		v->shape = shape;
-		if ((rc = table_insert(w, w->num_vars))) {
-			free(v->name);
-			return rc;
-		}
-		w->num_vars++;
-	}
 	/* A new variable's first slice overlaps nothing but sets its rows_end. */
 	size_t j;
 	if (dvar_slice_overlaps(&sl, v->slices, v->num_slices, sizeof(*v->slices), &v->rows_end, &j)) {
@@ -598,26 +674,8 @@ static int open_slice(dvar_writer *w, const char *name, int dtype, const dvar_sh
 	if (!grown)
 		return dvar_error_set(DVAR_ENOMEM, "out of memory");
 	v->slices = grown;
-	dvar_slice_entry *se = &v->slices[v->num_slices];
-	memset(se, 0, sizeof(*se));
-	se->slice = sl;
-	se->file = w->part;
-	se->raw_bytes = bytes;
-	se->chunk_size = w->opts.chunk_size;
-	se->num_chunks = (size_t)((bytes + se->chunk_size - 1) / se->chunk_size);
-	for (size_t i = 0; i < se->num_chunks; i++)
-		se->num_block_crcs += dvar_chunk_num_blocks(se, i);
-	if ((se->num_chunks && !(se->chunks = calloc(se->num_chunks, sizeof(dvar_chunk)))) ||
-	    (se->num_block_crcs && !(se->block_crcs = malloc(se->num_block_crcs * sizeof(uint32_t))))) {
-		dvar_slice_entry_clear(se);
-		w->broken = 1;
-		return dvar_error_set(DVAR_ENOMEM, "out of memory");
-	}
-	/* Block checksums are laid out for every chunk; compressed chunks give theirs back below. */
-	for (size_t i = 0, blk = 0; i < se->num_chunks; i++) {
-		se->chunks[i].first_block = (uint32_t)blk;
-		blk += dvar_chunk_num_blocks(se, i);
-	}
+	if ((rc = layout_entry(w, &v->slices[v->num_slices], &sl, bytes)))
+		return rc;
 	*vi = (size_t)(v - w->vars);
 	return DVAR_OK;
 }
@@ -627,20 +685,7 @@ static void close_slice(dvar_writer *w, size_t vi)
 {
 	dvar_var_entry *v = &w->vars[vi];
 	dvar_slice_entry *se = &v->slices[v->num_slices];
-	/* Compact: keep block checksums of raw chunks only, in chunk order. */
-	size_t kept = 0;
-	for (size_t i = 0; i < se->num_chunks; i++) {
-		dvar_chunk *c = &se->chunks[i];
-		if (c->codec != DVAR_CODEC_RAW)
-			continue;
-		uint32_t nb = dvar_chunk_num_blocks(se, i);
-		memmove(se->block_crcs + kept, se->block_crcs + c->first_block, nb * sizeof(uint32_t));
-		c->first_block = (uint32_t)kept;
-		kept += nb;
-	}
-	se->num_block_crcs = kept;
-	for (size_t i = 0; i < se->num_chunks; i++)
-		v->stored_bytes += se->chunks[i].stored;
+	v->stored_bytes += compact_entry(se);
 	v->raw_bytes += se->raw_bytes;
 	v->num_slices++;
 	report_progress(w);
@@ -765,6 +810,182 @@ int dvar_writer_end_slice(dvar_writer *w)
 	return DVAR_OK;
 }
 
+/* ------------------------------------------------------------ deltas */
+
+/* The last component of a normalized path. */
+static const char *base_name(const char *path)
+{
+	const char *slash = strrchr(path, '/');
+	return slash ? slash + 1 : path;
+}
+
+int dvar_writer_set_base(dvar_writer *w, const char *base)
+{
+	dvar_read_options ro = DVAR_READ_OPTIONS_INIT;
+	char *dir = NULL, *mine = NULL, *theirs = NULL, *a = NULL, *b = NULL;
+	int rc;
+	if (!w || !base)
+		return dvar_error_set(DVAR_EINVAL, "dvar_writer_set_base: NULL argument");
+	if ((rc = dvar_writer_check_usable(w)))
+		return rc;
+	if (w->base_dir || w->num_vars)
+		return dvar_error_set(DVAR_EINVAL, "checkpoint '%s': the base is set before anything "
+		                      "is added, once", w->final_dir);
+	if ((rc = normalize_dir(base, &dir)))
+		return rc;
+	if (!(mine = dvar_path_parent(w->final_dir))) {
+		rc = dvar_error_set(DVAR_ENOMEM, "out of memory");
+		goto done;
+	}
+	/* The index names links by name alone: they live in the delta's directory.
+	 * A bare name is one there. */
+	if (!strchr(dir, '/')) {
+		char *joined = dvar_path_join(mine, dir);
+		free(dir);
+		if (!(dir = joined)) {
+			rc = dvar_error_set(DVAR_ENOMEM, "out of memory");
+			goto done;
+		}
+	} else if (!(theirs = dvar_path_parent(dir))) {
+		rc = dvar_error_set(DVAR_ENOMEM, "out of memory");
+		goto done;
+	}
+	if (theirs && (!(a = realpath(theirs, NULL)) || !(b = realpath(mine, NULL)) || strcmp(a, b))) {
+		rc = dvar_error_set(DVAR_EINVAL, "base checkpoint '%s' must be in the directory of "
+		                    "'%s'", dir, w->final_dir);
+		goto done;
+	}
+	if (strcmp(base_name(dir), base_name(w->final_dir)) == 0 || strcmp(base_name(dir), ".") == 0 ||
+	    strcmp(base_name(dir), "..") == 0) {
+		rc = dvar_error_set(DVAR_EINVAL, "checkpoint '%s' cannot be the base of '%s'", dir,
+		                    w->final_dir);
+		goto done;
+	}
+	ro.threads = 1;
+	if ((rc = dvar_chain_over(dir, &w->chain, &w->chain_len)) ||
+	    (rc = dvar_reader_open(&w->base, dir, &ro)))
+		goto done;
+	w->base_dir = dir;
+	dir = NULL;
+done:
+	if (rc) {
+		dvar_links_free(w->chain, w->chain_len);
+		w->chain = NULL;
+		w->chain_len = 0;
+	}
+	free(dir);
+	free(mine);
+	free(theirs);
+	free(a);
+	free(b);
+	return rc;
+}
+
+/* The base's variable name, which an unchanged or patched one must match. */
+static int check_in_base(const dvar_writer *w, const char *name, int dtype, const dvar_shape *shape)
+{
+	dvar_var_info info;
+	size_t i;
+	if (!w->base)
+		return dvar_error_set(DVAR_EINVAL, "variable '%s': checkpoint '%s' has no base to be "
+		                      "a delta over (dvar_writer_set_base)", name, w->final_dir);
+	if (dvar_reader_find(w->base, name, &i) != DVAR_OK)
+		return dvar_error_set(DVAR_ENOTFOUND, "variable '%s' is not in the base checkpoint "
+		                      "'%s'", name, w->base_dir);
+	dvar_reader_var(w->base, i, &info);
+	if (info.dtype != dtype || !dvar_shape_equal(&info.shape, shape)) {
+		char s1[128], s2[128];
+		dvar_shape_format(&info.shape, s1, sizeof(s1));
+		dvar_shape_format(shape, s2, sizeof(s2));
+		return dvar_error_set(DVAR_ESHAPE, "variable '%s' is %s %s in the base checkpoint '%s', "
+		                      "not %s %s", name, dvar_dtype_name(info.dtype), s1, w->base_dir,
+		                      dvar_dtype_name(dtype), s2);
+	}
+	return DVAR_OK;
+}
+
+int dvar_writer_add_unchanged(dvar_writer *w, const char *name, int dtype, const dvar_shape *full)
+{
+	dvar_var_entry *v;
+	dvar_shape shape;
+	int rc;
+	if (!w || !full)
+		return dvar_error_set(DVAR_EINVAL, "dvar_writer_add_unchanged: NULL argument");
+	if ((rc = dvar_writer_check_usable(w)) || (rc = dvar_shape_init(&shape, full->rank, full->dims)))
+		return rc;
+	if (name && (rc = check_in_base(w, name, dtype, &shape)))
+		return rc;
+	return var_for(w, name, dtype, full, DVAR_DELTA_SAME, &shape, &v);
+}
+
+int dvar_writer_add_rows(dvar_writer *w, const char *name, int dtype, const dvar_shape *full,
+                         const int64_t *rows, size_t n, const void *data)
+{
+	dvar_var_entry *v;
+	dvar_shape shape;
+	int rc;
+	if (!w || !full || (n && !rows))
+		return dvar_error_set(DVAR_EINVAL, "dvar_writer_add_rows: NULL argument");
+	if ((rc = dvar_writer_check_usable(w)) || (rc = dvar_shape_init(&shape, full->rank, full->dims)))
+		return rc;
+	if (name && shape.rank == 0)
+		return dvar_error_set(DVAR_EINVAL, "variable '%s': a scalar has no rows; add it whole "
+		                      "or unchanged", name);
+	if (name && (rc = check_in_base(w, name, dtype, &shape)))
+		return rc;
+	for (size_t k = 0; name && k < n; k++)
+		if (rows[k] < 0 || rows[k] >= shape.dims[0] || (k && rows[k] <= rows[k - 1]))
+			return dvar_error_set(DVAR_EINVAL, "variable '%s': row %lld at position %zu is %s",
+			                      name, (long long)rows[k], k,
+			                      rows[k] < 0 || rows[k] >= shape.dims[0] ? "outside its rows" :
+			                      "not above the row before it (rows go in increasing order, once)");
+	if ((rc = var_for(w, name, dtype, full, DVAR_DELTA_ROWS, &shape, &v)))
+		return rc;
+	if (n == 0)
+		return DVAR_OK;
+	size_t esize = dvar_dtype_size(dtype);
+	uint64_t row_elems = 1;
+	for (int d = 1; d < shape.rank; d++)
+		row_elems *= (uint64_t)shape.dims[d];
+	if (!data && row_elems)
+		return dvar_error_set(DVAR_EINVAL, "variable '%s': data is NULL", name);
+	for (size_t k = 0; k < v->num_pieces; k++)
+		if (rows[0] <= v->pieces[k].last_row && rows[n - 1] >= v->pieces[k].first_row)
+			return dvar_error_set(DVAR_ESHAPE, "variable '%s': rows %lld..%lld overlap rows "
+			                      "%lld..%lld added before", name, (long long)rows[0],
+			                      (long long)rows[n - 1], (long long)v->pieces[k].first_row,
+			                      (long long)v->pieces[k].last_row);
+	dvar_piece *grown = realloc(v->pieces, (v->num_pieces + 1) * sizeof(*grown));
+	if (!grown)
+		return dvar_error_set(DVAR_ENOMEM, "out of memory");
+	v->pieces = grown;
+	dvar_piece *pc = &v->pieces[v->num_pieces];
+	memset(pc, 0, sizeof(*pc));
+	pc->first_row = rows[0];
+	pc->last_row = rows[n - 1];
+	pc->num_rows = n;
+	dvar_slice ids = { .rank = 1, .length = { (int64_t)n } }, block = { .rank = shape.rank };
+	for (int d = 0; d < shape.rank; d++)
+		block.length[d] = d ? shape.dims[d] : (int64_t)n;
+	if ((rc = layout_entry(w, &pc->ids, &ids, (uint64_t)n * 8)) ||
+	    (rc = layout_entry(w, &pc->rows, &block, (uint64_t)n * row_elems * esize))) {
+		dvar_piece_clear(pc);
+		return rc;
+	}
+	/* The ids as the format stores them: int64, little-endian, as this host's are. */
+	if ((rc = write_chunks(w, &pc->ids, 0, pc->ids.num_chunks, (const unsigned char *)rows, NULL)) ||
+	    (rc = write_chunks(w, &pc->rows, 0, pc->rows.num_chunks, data, NULL))) {
+		dvar_piece_clear(pc);
+		w->broken = 1;
+		return dvar_error_prefix("variable '%s'", name);
+	}
+	v->stored_bytes += compact_entry(&pc->ids) + compact_entry(&pc->rows);
+	v->raw_bytes += pc->ids.raw_bytes + pc->rows.raw_bytes;
+	v->num_pieces++;
+	report_progress(w);
+	return DVAR_OK;
+}
+
 int dvar_writer_set_attr(dvar_writer *w, const char *name, const char *key, const char *value)
 {
 	int rc;
@@ -802,6 +1023,9 @@ void dvar_writer_free(dvar_writer *w)
 		dvar_slice_entry_clear(&w->vars[w->stream_var].slices[w->vars[w->stream_var].num_slices]);
 	for (size_t i = 0; i < w->num_vars; i++)
 		dvar_var_entry_clear(&w->vars[i]);
+	dvar_reader_free(w->base);
+	dvar_links_free(w->chain, w->chain_len);
+	free(w->base_dir);
 	for (size_t k = 0; w->stage && k < w->stage_cap; k++)
 		free(w->stage[k]);
 	free(w->stage);

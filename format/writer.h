@@ -37,6 +37,13 @@ struct dvar_writer {
 	int finished; /* the data file is complete: no more adds */
 	int committed;
 
+	/* A delta (dvar_writer_set_base): the base, read for its variables'
+	 * dtypes and shapes, and the chain the index records. */
+	char *base_dir;
+	dvar_reader *base;
+	dvar_link *chain;
+	size_t chain_len;
+
 	dvar_var_entry *vars;
 	size_t num_vars, cap_vars;
 	uint32_t *table; /* open addressing: var index + 1, 0 = empty */

@@ -166,6 +166,60 @@ DVAR_EXTERN(int) dvar_writer_commit(dvar_writer *w);
  */
 DVAR_EXTERN(void) dvar_writer_free(dvar_writer *w);
 
+/*
+ * Deltas (docs/FORMAT.md, "Deltas"): a checkpoint that stores only what
+ * changed since an earlier one of the same directory, its base. Every
+ * variable of a delta is added whole (dvar_writer_add, as in any
+ * checkpoint), unchanged (the base's value), or as the rows that changed
+ * (the base's value with those rows replaced). A reader presents a delta's
+ * variables exactly as a full checkpoint would; it needs every checkpoint
+ * of the chain below it (the base, the base's base, ..., down to a full
+ * one) and refuses one that is missing or not the checkpoint the delta was
+ * written over. A delta is format version 3, which readers of version 2
+ * refuse.
+ */
+
+/**
+ * Make the checkpoint being written a delta over base: a committed
+ * checkpoint in the same directory (a path, or its name there), before
+ * anything is added. The base and its whole chain are opened and checked
+ * here; the writer keeps the base open until it is freed. A delta may be
+ * the base of the next one, up to chains of 1000 links. In a checkpoint
+ * written by several parts every part sets the same base.
+ * @return DVAR_EINVAL for a base elsewhere, the checkpoint itself, a call
+ *         after an add or a second call; the base's open errors otherwise
+ *         (DVAR_ENOTFOUND, DVAR_ECORRUPT, ...), naming it.
+ */
+DVAR_EXTERN(int) dvar_writer_set_base(dvar_writer *w, const char *base);
+
+/**
+ * Add a variable of a delta that has not changed since the base: it reads
+ * as the base's, which must hold it with this dtype and shape.
+ * @return DVAR_ENOTFOUND when the base lacks it, DVAR_ESHAPE when the base's
+ *         dtype or shape differ, DVAR_EINVAL without a base or when the
+ *         variable was added already.
+ */
+DVAR_EXTERN(int) dvar_writer_add_unchanged(dvar_writer *w, const char *name, int dtype,
+                                           const dvar_shape *full);
+
+/**
+ * Add rows of a variable of a delta (rank 1 or more) that changed since the
+ * base: rows[0..n) are their indices along axis 0, increasing, and data
+ * holds the n rows (each the full shape without axis 0), row-major. The
+ * variable reads as the base's with these rows replaced. Several calls for
+ * one variable (one per shard, say; or one per part) add rows that must not
+ * interleave with earlier calls' (each call's rows lie outside the range
+ * from the first to the last row of every earlier one). n = 0 adds the
+ * variable with no changed rows. The ids and rows are written (chunked,
+ * checksummed, compressed as any slice) before the call returns.
+ * @return DVAR_EINVAL for rows out of order or range, no base, or a variable
+ *         added otherwise; DVAR_ESHAPE for interleaving calls or a base
+ *         whose variable differs; DVAR_ENOTFOUND when the base lacks it.
+ */
+DVAR_EXTERN(int) dvar_writer_add_rows(dvar_writer *w, const char *name, int dtype,
+                                      const dvar_shape *full, const int64_t *rows, size_t n,
+                                      const void *data);
+
 /* Attributes: string key/value pairs per variable ("kind" = "mirrored"). */
 #define DVAR_ATTR_KEY_MAX 64      /**< key bytes: 1..64, no NUL */
 #define DVAR_ATTR_VALUE_MAX 4096  /**< value bytes: 0..4096, no NUL */
@@ -417,6 +471,39 @@ DVAR_EXTERN(int) dvar_reader_map(dvar_reader *r, size_t i, size_t j, uint32_t fl
 /** Release a mapping and zero *m. NULL, or an empty mapping, is a no-op. */
 DVAR_EXTERN(void) dvar_reader_unmap(dvar_mapping *m);
 
+/**
+ * A checkpoint's chain (docs/FORMAT.md, "Deltas"): link 0 is the
+ * checkpoint opened, link 1 its base when it is a delta, and so on down to
+ * a full checkpoint (a checkpoint that is not a delta has one link).
+ * Strings are borrowed from the reader.
+ */
+typedef struct {
+	const char *path;       /**< the link's checkpoint directory */
+	int is_delta;           /**< 1 when it is a delta over the next link */
+	uint64_t bytes;         /**< its data files' bytes */
+	size_t vars_whole;      /**< variables it saves whole */
+	size_t vars_unchanged;  /**< variables it leaves as the next link has them */
+	size_t vars_patched;    /**< variables it saves changed rows of */
+} dvar_link_info;
+
+DVAR_EXTERN(size_t) dvar_reader_num_links(const dvar_reader *r);
+DVAR_EXTERN(int) dvar_reader_link(const dvar_reader *r, size_t k, dvar_link_info *out);
+
+/** How a delta holds a variable (dvar_var_delta.kind). */
+#define DVAR_DELTA_FULL 0      /**< its value is saved here (any checkpoint's variables) */
+#define DVAR_DELTA_UNCHANGED 1 /**< as the base has it */
+#define DVAR_DELTA_PATCHED 2   /**< the base's with rows replaced */
+
+/** What checkpoint link 0 itself saves of a variable. */
+typedef struct {
+	int kind;              /**< DVAR_DELTA_* */
+	uint64_t rows;         /**< PATCHED: rows replaced */
+	uint64_t raw_bytes;    /**< bytes it saves of it here (ids and rows of a patch) */
+	uint64_t stored_bytes; /**< the same, as stored */
+} dvar_var_delta;
+
+DVAR_EXTERN(int) dvar_reader_var_delta(const dvar_reader *r, size_t i, dvar_var_delta *out);
+
 /** Bytes this reader has read from data files so far. */
 DVAR_EXTERN(uint64_t) dvar_reader_bytes_read(const dvar_reader *r);
 
@@ -451,6 +538,7 @@ typedef struct {
 	uint64_t bytes;    /**< bytes of its files */
 	int is_latest;     /**< the pointer file names it */
 	int is_kept;       /**< the pointer file lists it */
+	const char *base;  /**< a delta's base (a checkpoint of the root); NULL for a full one */
 } dvar_root_entry;
 
 typedef struct dvar_root_list dvar_root_list;

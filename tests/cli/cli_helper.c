@@ -9,6 +9,9 @@
  *           slice SLICE FILE         SLICE: TF slice text ("0,2:-"), or "all";
  *                                    FILE: the slice's raw bytes
  *           attr KEY VALUE           VALUE: the rest of the line
+ *           base BASE                a delta over BASE (first line only)
+ *           unchanged                the variable is the base's
+ *           rows IDS FILE            IDS: "3,7,9"; FILE: those rows' raw bytes
  *       (NAME may hold any bytes but spaces: %XX escapes one byte)
  *   cli_helper map CKPT NAME OUT [--verify]
  *       dvar_reader_map the whole variable, write its bytes to OUT and print
@@ -123,6 +126,31 @@ static int cmd_write(int argc, char **argv)
 			else if (dvar_writer_add(w, name, dtype, &shape, strcmp(word, "all") ? &sl : NULL,
 			                         data) != DVAR_OK)
 				rc = fail("add");
+			free(data);
+		} else if (strncmp(line, "base ", 5) == 0) {
+			if (dvar_writer_set_base(w, line + 5) != DVAR_OK)
+				rc = fail("base");
+		} else if (strcmp(line, "unchanged") == 0) {
+			if (dvar_writer_add_unchanged(w, name, dtype, &shape) != DVAR_OK)
+				rc = fail("unchanged");
+		} else if (strncmp(line, "rows ", 5) == 0) {
+			int64_t ids[1024];
+			size_t n = 0, len;
+			if (sscanf(line + 5, "%4095s %4095s", word, rest) != 2) {
+				fprintf(stderr, "cli_helper: bad line '%s'\n", line);
+				rc = 1;
+				break;
+			}
+			for (char *p = strtok(word, ","); p && n < 1024; p = strtok(NULL, ","))
+				ids[n++] = strtoll(p, NULL, 10);
+			void *data = read_file(rest, &len);
+			if (!data) {
+				perror(rest);
+				rc = 1;
+				break;
+			}
+			if (dvar_writer_add_rows(w, name, dtype, &shape, ids, n, data) != DVAR_OK)
+				rc = fail("rows");
 			free(data);
 		} else if (strncmp(line, "attr ", 5) == 0) {
 			char *key = line + 5, *value = strchr(key, ' ');

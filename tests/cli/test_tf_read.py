@@ -624,15 +624,15 @@ class StateFileTest(TfCase):
         doc = json.loads(self.dvar("ls", d, "--json")[0])
         self.assertEqual(doc["checkpoints"], [
             {"name": "ckpt-1", "step": 1, "bytes": 151 + 12, "latest": False, "kept": True,
-             "format": "tf"},
+             "format": "tf", "base": None},
             {"name": "ckpt-2", "step": 2, "bytes": 136 + 24, "latest": True, "kept": True,
-             "format": "tf"}])
+             "format": "tf", "base": None}])
         # A directory of one bundle and no state file; two data files add up.
         self.fixture("two_shards")
         doc = json.loads(self.dvar("ls", self.path("two_shards"), "--json")[0])
         self.assertEqual(doc["checkpoints"], [
             {"name": "variables", "step": None, "bytes": 200 + 120 + 4, "latest": False,
-             "kept": False, "format": "tf"}])
+             "kept": False, "format": "tf", "base": None}])
         # A state file naming a checkpoint that is gone: noted, the rest listed.
         os.unlink(os.path.join(d, "ckpt-1.index"))
         out, err = self.dvar("ls", d)

@@ -249,7 +249,7 @@ static void test_format_corrupt__newer_version(void **state)
 	write_index(f->index, 1, k, v);
 	dvar_reader *r;
 	assert_int_equal(dvar_reader_open(&r, f->ck, NULL), DVAR_EVERSION);
-	tu_assert_error_contains("checkpoint format version 7 needs a reader of version 5 or newer; this dvar reads version 2");
+	tu_assert_error_contains("checkpoint format version 7 needs a reader of version 5 or newer; this dvar reads version 3");
 }
 
 /* A variable entry that claims a million slices the index does not hold. */
@@ -264,7 +264,7 @@ static void test_format_corrupt__slice_count_lie(void **state)
 	var.num_slices = 1000000;
 	assert_int_equal(dvar_header_encode(&v[0], &h), DVAR_OK);
 	assert_int_equal(dvar_key_var(&k[1], "liar"), DVAR_OK);
-	assert_int_equal(dvar_var_encode(&v[1], &var), DVAR_OK);
+	assert_int_equal(dvar_var_encode(&v[1], &var, 0), DVAR_OK);
 	write_index(f->index, 2, k, v);
 	dvar_reader *r;
 	assert_int_equal(dvar_reader_open(&r, f->ck, NULL), DVAR_ECORRUPT);

@@ -932,7 +932,7 @@ static void test_format_parts__hostile_entries(void **state)
 	v.raw_bytes = 8;
 	v.stored_bytes = 8;
 	dvar_var_entry *vp = &v;
-	dvar_part hp = { 0, 2, "tok", 4096, 1, NULL };
+	dvar_part hp = { 0, 2, "tok", 0, NULL, 4096, 1, NULL };
 	dvar_bytes b = { 0 };
 	assert_int_equal(dvar_part_encode(&b, &hp, &vp), DVAR_OK);
 	assert_int_equal(dvar_part_decode(&p, b.data, b.len), DVAR_ECORRUPT);
@@ -964,7 +964,8 @@ static void test_format_parts__hostile_entries(void **state)
 	dvar_bytes_put_varint(&b, 1);
 	dvar_bytes_put_varint(&b, 1);
 	dvar_bytes_put(&b, "t", 1);
-	dvar_bytes_put_varint(&b, 0);
+	dvar_bytes_put_varint(&b, 0); /* data file size */
+	dvar_bytes_put_varint(&b, 0); /* no chain */
 	dvar_bytes_put_varint(&b, UINT64_C(1) << 40);
 	dvar_bytes_put_u32(&b, dvar_crc32c(b.data, b.len));
 	assert_int_equal(dvar_part_decode(&p, b.data, b.len), DVAR_ECORRUPT);
