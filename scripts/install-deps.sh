@@ -10,7 +10,7 @@ set -euo pipefail
 # installed. libsnappy-dev is not a dependency of libleveldb-dev, yet
 # LevelDB's CMake package links -lsnappy.
 packages=(cmake make g++ pkg-config libleveldb-dev libsnappy-dev liblz4-dev zlib1g-dev
-	libopenmpi-dev openmpi-bin libcmocka-dev python3-numpy)
+	libopenmpi-dev openmpi-bin libcmocka-dev python3-numpy python3-pytest)
 
 if ! command -v dpkg >/dev/null 2>&1; then
 	echo "install-deps: not a Debian-based system; install these (or their equivalents):" >&2

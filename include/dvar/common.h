@@ -93,6 +93,14 @@ DVAR_EXTERN(const char *) dvar_strerror(int code);
 DVAR_EXTERN(const char *) dvar_version(void);
 
 /**
+ * sizeof the public struct named type_name ("dvar_shape", "dvar_var_info",
+ * "dvar_export_options", ...) as this library was built, for bindings that
+ * mirror the structs (ctypes) to check their layouts against when they load.
+ * @return 0 for a name it does not know (or NULL)
+ */
+DVAR_EXTERN(size_t) dvar_abi_sizeof(const char *type_name);
+
+/**
  * Progress of a long operation: done and total are in bytes (total is 0 when
  * not known in advance, as for a writer). Called from the thread that started
  * the operation: by writers at most about six times per second, by the

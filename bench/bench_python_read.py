@@ -1,0 +1,191 @@
+#!/usr/bin/python3
+"""bench/bench_python_read.py - the dvar Python package's reads next to
+NumPy's own, on the same bytes, in the same run:
+
+  (a) a whole float32 variable (1 GiB) into NumPy: np.asarray(ck[name])
+      (the open included) next to np.load of a .npy file of the same bytes;
+  (b) one row range (1 %) of a 2 GiB table: ck[name][a:b] next to
+      np.load(mmap_mode="r")[a:b] copied into memory (np.array), the open
+      and the mapping included.
+
+Each case runs cold (the files' pages dropped from the page cache with
+posix_fadvise(POSIX_FADV_DONTNEED) before every timed read; the files were
+fsynced, so the pages are clean and can go) and warm (after an untimed read).
+The two sides take turns going first. Every figure is the median over the
+runs, with min and max; the ratio is the median of the per-run ratios
+np.load time / dvar time (>= 1: dvar is faster). Goal for (a): >= 0.9.
+Every read is checked against the data written.
+
+    DVAR_LIBRARY=build/libdvar.so PYTHONPATH=python /usr/bin/python3 bench/bench_python_read.py
+    ... bench/bench_python_read.py --small --runs 3    # 64 MiB and 128 MiB
+
+The checkpoints are written with compress="none" (raw chunks, what an
+export for serving holds; random floats do not compress anyway). Needs
+about 2x (size + table) of disk under --dir, and size + 2 x range of memory.
+"""
+
+import argparse
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+try:
+    import dvar
+except ImportError as e:  # say how to point at the package and the library
+    sys.exit("bench_python_read: cannot import dvar (%s); run with "
+             "DVAR_LIBRARY=build/libdvar.so PYTHONPATH=python" % e)
+
+MiB = 1 << 20
+
+
+def drop_cache(paths):
+    """Ask the kernel to drop the cached pages of these files (or of every
+    file under these directories)."""
+    files = []
+    for p in paths:
+        if os.path.isdir(p):
+            files += [os.path.join(p, f) for f in os.listdir(p)]
+        else:
+            files.append(p)
+    for f in files:
+        fd = os.open(f, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def timed(fn):
+    t = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t, out
+
+
+def row(case, mode, runs, t_dvar, t_np, nbytes, ratios):
+    def fmt(ts):
+        return "%7.3f %7.3f %7.3f" % (statistics.median(ts), min(ts), max(ts))
+    gbs = lambda ts: nbytes / statistics.median(ts) / 1e9  # noqa: E731
+    print("%-28s %-5s %4d | dvar %s %6.2f | numpy %s %6.2f | %5.2f (%4.2f-%4.2f)" % (
+        case, mode, runs, fmt(t_dvar), gbs(t_dvar), fmt(t_np), gbs(t_np),
+        statistics.median(ratios), min(ratios), max(ratios)))
+    return statistics.median(ratios)
+
+
+def bench(label, runs, dvar_fn, np_fn, check, files, nbytes):
+    results = {}
+    for mode in ("cold", "warm"):
+        td, tn, ratios = [], [], []
+        if mode == "warm":
+            check(dvar_fn())
+            check(np_fn())
+        for r in range(runs):
+            sides = [("dvar", dvar_fn), ("numpy", np_fn)]
+            if r % 2:
+                sides.reverse()
+            got = {}
+            for name, fn in sides:
+                if mode == "cold":
+                    drop_cache(files)
+                t, out = timed(fn)
+                check(out)
+                del out
+                got[name] = t
+            td.append(got["dvar"])
+            tn.append(got["numpy"])
+            ratios.append(got["numpy"] / got["dvar"])
+        results[mode] = row(label, mode, runs, td, tn, nbytes, ratios)
+    return results
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--size-mib", type=int, default=1024, help="(a): the variable (MiB)")
+    ap.add_argument("--table-mib", type=int, default=2048, help="(b): the table (MiB)")
+    ap.add_argument("--small", action="store_true", help="64 MiB and 128 MiB: a quick run")
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--dir", default=os.environ.get("TMPDIR", "/tmp"))
+    ap.add_argument("--threads", type=int, default=0, help="reader threads (0: all CPUs)")
+    args = ap.parse_args()
+    if args.small:
+        args.size_mib, args.table_mib = 64, 128
+    work = tempfile.mkdtemp(prefix="dvar-pybench-", dir=args.dir)
+    try:
+        run(args, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def run(args, work):
+    rng = np.random.default_rng(1)
+    print("dvar %s (%s), numpy %s, %d CPUs, scratch %s" % (
+        dvar.__version__, dvar.library_path, np.__version__, os.cpu_count(), work))
+    print("%-28s %-5s %4s | %-35s | %-36s | %s" % (
+        "case", "mode", "runs", "dvar: median min max (s), GB/s",
+        "numpy: median min max (s), GB/s", "ratio np/dvar (min-max)"))
+
+    # (a) a whole variable
+    n = args.size_mib * MiB // 4
+    x = rng.random(n, dtype=np.float32)
+    npy = os.path.join(work, "x.npy")
+    ck_a = os.path.join(work, "a")
+    np.save(npy, x)
+    dvar.save(ck_a, {"x": x}, compress="none", progress=False)
+    os.sync()
+    crc = dvar.digest(ck_a)["x"]
+
+    def read_dvar():
+        with dvar.open(ck_a, threads=args.threads) as ck:
+            return np.asarray(ck["x"])
+
+    stride = max(1, n // 4096)
+    probe, last = x[::stride].copy(), x[-1]
+
+    def check_a(out):
+        assert out.shape == (n,) and np.array_equal(out[::stride], probe) and out[-1] == last
+    check_a(read_dvar())
+    assert dvar.digest(ck_a)["x"] == crc
+    nbytes = x.nbytes
+    del x
+    res_a = bench("(a) %d MiB float32 whole" % args.size_mib, args.runs, read_dvar,
+                  lambda: np.load(npy), check_a, [npy, ck_a], nbytes)
+    os.remove(npy)
+    shutil.rmtree(ck_a)
+
+    # (b) one row range of a table
+    cols = 1024
+    rows = args.table_mib * MiB // (4 * cols)
+    table = rng.random((rows, cols), dtype=np.float32)
+    tnpy = os.path.join(work, "t.npy")
+    ck_b = os.path.join(work, "b")
+    np.save(tnpy, table)
+    dvar.save(ck_b, {"t": table}, compress="none", progress=False)
+    os.sync()
+    k = max(1, rows // 100)
+    a = int(rng.integers(0, rows - k))
+    want = table[a:a + k].copy()
+    del table
+
+    def slice_dvar():
+        with dvar.open(ck_b, threads=args.threads) as ck:
+            return ck["t"][a:a + k]
+
+    def slice_np():
+        return np.array(np.load(tnpy, mmap_mode="r")[a:a + k])
+
+    def check_b(out):
+        assert np.array_equal(out, want)
+    res_b = bench("(b) rows %d:%d of %d MiB" % (a, a + k, args.table_mib), args.runs,
+                  slice_dvar, slice_np, check_b, [tnpy, ck_b], want.nbytes)
+    print("goal (a): dvar >= 0.9x np.load: cold %.2f %s, warm %.2f %s" % (
+        res_a["cold"], "met" if res_a["cold"] >= 0.9 else "NOT met",
+        res_a["warm"], "met" if res_a["warm"] >= 0.9 else "NOT met"))
+    print("(b) np.load(mmap) / dvar slice: cold %.2f, warm %.2f" % (res_b["cold"], res_b["warm"]))
+
+
+if __name__ == "__main__":
+    main()
