@@ -270,6 +270,9 @@ typedef int (*dvar_index_visit_fn)(void *ud, const void *key, size_t klen,
 /* Open the table at path read-only, verify block checksums and visit every entry in order. */
 int dvar_index_scan(const char *path, dvar_index_visit_fn fn, void *ud);
 
+/* The bytes a writer has written into its data file so far. */
+uint64_t dvar_writer_data_bytes(const dvar_writer *w);
+
 /* ---------------------------------------------------------------- delta.c */
 
 /* The header of the checkpoint at dir (its index scanned no further) and

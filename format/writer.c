@@ -1002,6 +1002,11 @@ int dvar_writer_set_attr(dvar_writer *w, const char *name, const char *key, cons
 	return DVAR_OK;
 }
 
+uint64_t dvar_writer_data_bytes(const dvar_writer *w)
+{
+	return w ? atomic_load(&w->next_offset) : 0;
+}
+
 void dvar_writer_free(dvar_writer *w)
 {
 	if (!w)

@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "format/format.h"
 #include "runtime/input_state.h"
 #include "runtime/runtime.h"
 #include "store/store.h"
@@ -381,6 +382,10 @@ static int restore(dvar_strategy *s, const char *path, dvar_variable *const *var
 	/* C: read and assign. */
 	if (rc == DVAR_OK)
 		rc = dvar_store_agree(s, assign_all(r, targets, n + nt), NULL, 0, NULL, NULL);
+	/* What was restored is the base of the next delta saved into its root. */
+	if (rc == DVAR_OK && !dvar_reader_is_tf(r))
+		dvar_store_restored(s, dvar_reader_path(r), vars, n, ok ? opts->sharded : NULL,
+		                    ok ? opts->num_sharded : 0);
 done:
 	for (size_t i = 0; targets && i < n + nt; i++)
 		free(targets[i].table);

@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "dvar/runtime.h"
+#include "runtime/track.h"
 
 DVAR_BEGIN_DECL
 
@@ -80,6 +81,9 @@ void dvar_kernel_clip_norm(int dtype, void *row, size_t count, double max_norm);
  * mark, as TF's restore ops do not mark. Not collective.
  */
 int dvar_variable_restore(dvar_variable *v, const void *value);
+
+/** v's row change tracker (track.h), which the store reads and records saves in. */
+dvar_track *dvar_variable_track(dvar_variable *v);
 
 /**
  * Local replica local's component of v: nbytes bytes, valid while v lives

@@ -24,6 +24,7 @@
 #include "runtime/device.h"
 #include "runtime/narrow.h"
 #include "runtime/runtime.h"
+#include "runtime/track.h"
 
 #define NAME_MAX_BYTES 1024
 
@@ -50,6 +51,7 @@ struct dvar_variable {
 	int num_replicas; /* N = R * W */
 	char **names;     /* R component names */
 	unsigned char **comp; /* R buffers of nbytes (at least one byte each) */
+	dvar_track track; /* rows changed since each root's last checkpoint */
 };
 
 enum update_kind { UPDATE_ASSIGN, UPDATE_ADD, UPDATE_SUB };
@@ -177,6 +179,8 @@ static int alloc_variable(dvar_variable **out, dvar_strategy *s, const dvar_vari
 	v->comp = calloc((size_t)v->replicas, sizeof *v->comp);
 	if (!v->name || !v->names || !v->comp)
 		return dvar_error_set(DVAR_ENOMEM, "variable '%s': out of memory", spec->name);
+	if (dvar_track_init(&v->track, v->rows) != DVAR_OK)
+		return dvar_error_prefix("variable '%s'", spec->name);
 	memcpy(v->name, spec->name, name_len + 1);
 	for (int i = 0; i < v->replicas; i++) {
 		/* "w", "w/replica_1", ...: MirroredStrategy's names on each worker. */
@@ -329,7 +333,13 @@ void dvar_variable_free(dvar_variable *v)
 	free(v->names);
 	free(v->comp);
 	free(v->name);
+	dvar_track_fini(&v->track);
 	free(v);
+}
+
+dvar_track *dvar_variable_track(dvar_variable *v)
+{
+	return &v->track;
 }
 
 /* ---------------------------------------------------------------- accessors */
@@ -706,6 +716,7 @@ int dvar_variable_restore(dvar_variable *v, const void *value)
 		return dvar_error_set(DVAR_EINVAL, "restore: variable is NULL");
 	if (!value && v->nbytes)
 		return dvar_error_set(DVAR_EINVAL, "restore of variable '%s': value is NULL", v->name);
+	dvar_track_all(&v->track);
 	return v->nbytes ? assign_cross(v, value) : DVAR_OK;
 }
 
@@ -737,6 +748,8 @@ static int update_dense(dvar_variable *v, dvar_replica *ctx, const void *value, 
 		return rc;
 	if (v->nbytes == 0)
 		return DVAR_OK;
+	/* Marked before it is applied: a failure part-way leaves more marked, never less. */
+	dvar_track_all(&v->track);
 	if (!ctx) {
 		if (kind == UPDATE_ASSIGN)
 			return assign_cross(v, value);
@@ -843,10 +856,11 @@ void dvar_variable_scatter_rows(int dtype, dvar_scatter_op op, void *dst, size_t
 }
 
 /* Apply n rows to local replica local's component, in order
- * (dvar_variable_scatter_rows). */
-static int scatter_rows(const dvar_variable *v, int local, dvar_scatter_op op,
+ * (dvar_variable_scatter_rows), marking them changed. */
+static int scatter_rows(dvar_variable *v, int local, dvar_scatter_op op,
                         const int64_t *indices, size_t n, const void *updates)
 {
+	dvar_track_rows(&v->track, indices, n);
 	return dvar_mem_scatter_rows(v->s, local, v->dtype, op, v->comp[local], v->row_count,
 	                             indices, n, updates);
 }

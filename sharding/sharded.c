@@ -679,7 +679,9 @@ int dvar_sharded_variable_create(dvar_sharded_variable **out, dvar_strategy *s,
 	}
 
 	/* Each owner fills its shards; a failure anywhere fails everywhere. */
-	rc = fill_shards(v, spec);
+	rc = dvar_track_init(&v->track, (uint64_t)v->rows);
+	if (rc == DVAR_OK)
+		rc = fill_shards(v, spec);
 	snprintf(what, sizeof what, "creating sharded variable '%s' (its shards)", v->name);
 	rc = dvar_strategy_agree(s, rc, what);
 	if (rc != DVAR_OK) {
@@ -703,7 +705,13 @@ void dvar_sharded_variable_free(dvar_sharded_variable *v)
 	free(v->names);
 	free(v->offsets);
 	free(v->name);
+	dvar_track_fini(&v->track);
 	free(v);
+}
+
+dvar_track *dvar_sharded_variable_track(dvar_sharded_variable *v)
+{
+	return &v->track;
 }
 
 /* ---------------------------------------------------------------- accessors */
@@ -1044,6 +1052,7 @@ static int update(dvar_sharded_variable *v, const void *value, int kind)
 	rc = dvar_strategy_agree(v->s, rc, what);
 	if (rc != DVAR_OK)
 		return rc;
+	dvar_track_all(&v->track);
 	for (int64_t i = 0; i < v->n; i++) {
 		size_t bytes = shard_bytes(v, i);
 		const unsigned char *src;
@@ -1150,6 +1159,7 @@ static int apply_updates(dvar_sharded_variable *v, dvar_scatter_op op, const uns
 					continue;
 				}
 				i = shard_of(v, r);
+				dvar_track_rows(&v->track, &r, 1);
 				r -= v->offsets[i];
 				dvar_variable_scatter_rows(v->dtype, op, v->data[i], (size_t)v->row_elems, &r,
 				                            1, item + 8);

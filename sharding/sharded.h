@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "dvar/sharding.h"
+#include "runtime/track.h"
 
 struct dvar_sharded_variable {
 	dvar_strategy *s;
@@ -27,7 +28,13 @@ struct dvar_sharded_variable {
 	char **names;       /* n: "name/part_i" */
 	unsigned char **data; /* n: the shard's elements on its owner, NULL elsewhere */
 	int W, worker;
+	dvar_track track;   /* this worker's shards' rows changed since each root's checkpoint */
 };
+
+/** v's row change tracker (runtime/track.h): rows of the shards this worker
+ * owns, by their rows in the full variable. The store reads it; a restore
+ * that writes shards in place marks them with dvar_track_all. */
+dvar_track *dvar_sharded_variable_track(dvar_sharded_variable *v);
 
 /** Which elements of a row to take along dimension d (1..rank-1). */
 typedef struct {

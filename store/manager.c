@@ -43,6 +43,12 @@ struct dvar_manager {
 	int64_t last_saved;
 	/* The step of this manager's asynchronous save not finished yet. */
 	int64_t pending;
+	/* Deltas (version 2 options): the chain since its full checkpoint. */
+	int delta, full_every;
+	double max_ratio;
+	int chained;          /* a committed save of this manager heads a chain */
+	int deltas;           /* deltas committed since the chain's full one */
+	uint64_t full_bytes, chain_bytes;
 };
 
 /* ---------------------------------------------------------------- opening */
@@ -95,6 +101,17 @@ static int prepare(dvar_manager *m, const char *root, dvar_variable *const *vars
 
 	m->every = opts && opts->save_every > 0 ? opts->save_every : 1;
 	m->async = opts && opts->async;
+	if (opts && opts->version >= 2) {
+		if (opts->full_every < 0 || opts->max_chain_ratio < 0)
+			return dvar_error_set(DVAR_EINVAL, "full_every %d and max_chain_ratio %g must be "
+			                      ">= 0", opts->full_every, opts->max_chain_ratio);
+		m->delta = opts->delta != 0;
+		m->full_every = opts->full_every;
+		m->max_ratio = opts->max_chain_ratio > 0 ? opts->max_chain_ratio : 1.0;
+	}
+	if (m->delta && so && (so->flags & DVAR_SAVE_EVERY_WORKER))
+		return dvar_error_set(DVAR_EINVAL, "deltas need one shared root: not with "
+		                      "DVAR_SAVE_EVERY_WORKER");
 	m->sopts = so ? *so : sdefaults;
 	m->wopts = so && so->write ? *so->write : wdefaults;
 	/* Retention is the manager's: its N replaces whatever the caller's
@@ -166,6 +183,62 @@ int dvar_manager_open(dvar_manager **out, dvar_strategy *s, const char *root,
 
 /* ---------------------------------------------------------------- saving */
 
+/* A save of this manager was committed: where its chain stands (what
+ * dvar_save_last says is the same on every worker). */
+static void note_committed(dvar_manager *m)
+{
+	dvar_save_info in;
+
+	if (!m->delta || dvar_save_last(m->s, &in) != DVAR_OK)
+		return;
+	m->chained = 1;
+	if (!in.is_delta) {
+		m->deltas = 0;
+		m->full_bytes = in.bytes;
+		m->chain_bytes = 0;
+	} else {
+		m->deltas++;
+		m->chain_bytes += in.bytes;
+	}
+}
+
+/* A restore of path: the next delta goes over it, and its chain (read off
+ * its links: every worker reads the same directory) counts as this one's. */
+static void note_restored(dvar_manager *m, const char *path)
+{
+	dvar_reader *r;
+	dvar_link_info li;
+	size_t n;
+
+	if (!m->delta || dvar_reader_open(&r, path, m->ropts_restore.read) != DVAR_OK) {
+		dvar_error_clear();
+		return;
+	}
+	n = dvar_reader_num_links(r);
+	m->chained = 1;
+	m->deltas = (int)(n - 1);
+	m->chain_bytes = 0;
+	for (size_t k = 0; k < n && dvar_reader_link(r, k, &li) == DVAR_OK; k++) {
+		if (k + 1 < n)
+			m->chain_bytes += li.bytes;
+		else
+			m->full_bytes = li.bytes;
+	}
+	dvar_reader_free(r);
+}
+
+/* The flags of the next save: a delta, or the start of a new chain. */
+static unsigned int save_flags(const dvar_manager *m)
+{
+	int full = !m->chained || m->full_every == 1 ||
+	           (m->full_every > 1 && m->deltas + 1 >= m->full_every) ||
+	           (double)m->chain_bytes > m->max_ratio * (double)m->full_bytes;
+
+	if (!m->delta)
+		return m->sopts.flags;
+	return m->sopts.flags | DVAR_SAVE_DELTA | (full ? DVAR_SAVE_NEW_CHAIN : 0);
+}
+
 /*
  * The pending save of step m->pending finished with status rc (agreed on
  * every worker). A checkpoint of that step committed already (DVAR_EEXISTS)
@@ -184,6 +257,7 @@ static int finished(dvar_manager *m, int rc)
 		return dvar_error_prefix("the asynchronous save of step %lld failed",
 		                         (long long)step);
 	m->last_saved = step;
+	note_committed(m);
 	return DVAR_OK;
 }
 
@@ -215,10 +289,12 @@ static int save_step(dvar_manager *m, int64_t step, int *saved)
 		return DVAR_OK;
 	if ((rc = finish_pending(m)) != DVAR_OK)
 		return rc;
+	dvar_save_options so = m->sopts;
+	so.flags = save_flags(m);
 	if (m->async)
-		rc = dvar_save_async(m->s, m->root, step, m->vars, m->n, &m->sopts);
+		rc = dvar_save_async(m->s, m->root, step, m->vars, m->n, &so);
 	else
-		rc = dvar_save(m->s, m->root, step, m->vars, m->n, &m->sopts);
+		rc = dvar_save(m->s, m->root, step, m->vars, m->n, &so);
 	/* Committed under the root already (by an earlier run, say): the same
 	 * verdict on every worker, since dvar_save agrees on it. */
 	if (rc == DVAR_EEXISTS) {
@@ -228,10 +304,12 @@ static int save_step(dvar_manager *m, int64_t step, int *saved)
 	}
 	if (rc != DVAR_OK)
 		return rc;
-	if (m->async)
+	if (m->async) {
 		m->pending = step;
-	else
+	} else {
 		m->last_saved = step;
+		note_committed(m);
+	}
 	if (saved)
 		*saved = 1;
 	return DVAR_OK;
@@ -404,6 +482,8 @@ int dvar_manager_restore(dvar_manager *m, int64_t step, int64_t *restored)
 		return dvar_error_prefix("restoring step %lld of '%s'", (long long)step, m->root);
 	}
 	rc = dvar_restore(m->s, path, m->vars, m->n, &m->ropts_restore);
+	if (rc == DVAR_OK)
+		note_restored(m, path);
 	free(path);
 	if (rc != DVAR_OK)
 		return rc;

@@ -33,6 +33,7 @@
 
 #include "core/core.h"
 #include "runtime/runtime.h"
+#include "sharding/sharded.h"
 #include "store/plan.h"
 #include "store/save.h"
 
@@ -56,11 +57,53 @@ static int keep(saved_error *e, int code)
  * speed).
  */
 typedef struct {
+	char *root; /* dvar_store_root_key's */
+	char *ckpt; /* its checkpoint this strategy last committed or restored */
+} root_base;
+
+typedef struct {
 	dvar_strategy *s;
 	save_job *pending;
 	unsigned char *arena;
 	size_t arena_cap;
+	root_base *bases;     /* the bases of delta saves, per root */
+	size_t num_bases;
+	int have_last;
+	dvar_save_info last;  /* dvar_save_last */
 } store_state;
+
+static store_state *state_of(dvar_strategy *s);
+
+static const char *base_of(const store_state *st, const char *root)
+{
+	for (size_t i = 0; st && i < st->num_bases; i++)
+		if (strcmp(st->bases[i].root, root) == 0)
+			return st->bases[i].ckpt;
+	return NULL;
+}
+
+/* root's checkpoint ckpt is the base of the next delta into it. */
+static int note_base(store_state *st, const char *root, const char *ckpt)
+{
+	char *c = strdup(ckpt);
+	for (size_t i = 0; c && i < st->num_bases; i++)
+		if (strcmp(st->bases[i].root, root) == 0) {
+			free(st->bases[i].ckpt);
+			st->bases[i].ckpt = c;
+			return DVAR_OK;
+		}
+	root_base *grown = c ? realloc(st->bases, (st->num_bases + 1) * sizeof *grown) : NULL;
+	char *r = grown ? strdup(root) : NULL;
+	if (grown)
+		st->bases = grown;
+	if (!r) {
+		free(c);
+		return dvar_error_set(DVAR_ENOMEM, "out of memory");
+	}
+	st->bases[st->num_bases].root = r;
+	st->bases[st->num_bases++].ckpt = c;
+	return DVAR_OK;
+}
 
 static int every_worker(const save_job *j)
 {
@@ -115,6 +158,12 @@ static int add_variable(save_job *j, item *it, dvar_variable *v, size_t i)
 	it->sync = dvar_variable_synchronization(v);
 	it->agg = dvar_variable_aggregation(v);
 	it->kind = it->sync == DVAR_SYNC_ON_READ ? KIND_SYNC_ON_READ : KIND_MIRRORED;
+	/* An aggregate over every worker's replicas changes where no one
+	 * tracker sees it: sync-on-read values are saved whole. */
+	if ((j->flags & DVAR_SAVE_DELTA) && it->kind == KIND_MIRRORED)
+		it->track = dvar_variable_track(v);
+	it->row_bytes = it->shape.rank && it->shape.dims[0] ? it->nbytes / (size_t)it->shape.dims[0]
+	                                                     : it->nbytes;
 	return copy_name(it, dvar_variable_name(v));
 }
 
@@ -215,11 +264,17 @@ static int add_sharded(save_job *j, item *items, dvar_sharded_variable *sv, size
 		if (dvar_shape_num_bytes(&info.shape, it->dtype, &bytes) != DVAR_OK)
 			return dvar_error_prefix("sharded variable '%s'", info.name);
 		it->nbytes = (size_t)bytes;
+		if (j->flags & DVAR_SAVE_DELTA)
+			it->track = dvar_sharded_variable_track(sv);
+		it->row_bytes = full->rank && info.shape.dims[0] ? it->nbytes / (size_t)info.shape.dims[0]
+		                                                : it->nbytes;
 		if ((rc = copy_name(it, dvar_sharded_variable_name(sv))) != DVAR_OK)
 			return rc;
 	}
 	return DVAR_OK;
 }
+
+static int choose_base(save_job *j);
 
 /* Everything this worker can check on its own, before talking to the others. */
 static int prepare(save_job *j, const char *root, dvar_variable *const *vars, size_t n,
@@ -228,7 +283,7 @@ static int prepare(save_job *j, const char *root, dvar_variable *const *vars, si
 	size_t nt = opts ? opts->num_tensors : 0, ns = opts ? opts->num_sharded : 0, total;
 	size_t ni = opts ? opts->num_iterators : 0;
 	const unsigned int known = DVAR_SAVE_ALLOW_REPLICA_MISMATCH | DVAR_SAVE_SKIP_REPLICA_CHECK |
-	                           DVAR_SAVE_EVERY_WORKER;
+	                           DVAR_SAVE_EVERY_WORKER | DVAR_SAVE_DELTA | DVAR_SAVE_NEW_CHAIN;
 	int rc;
 
 	if (opts &&
@@ -255,6 +310,12 @@ static int prepare(save_job *j, const char *root, dvar_variable *const *vars, si
 		if (opts->write)
 			j->wopts = *opts->write;
 	}
+	if ((j->flags & DVAR_SAVE_DELTA) && every_worker(j))
+		return dvar_error_set(DVAR_ENOTSUPP, "DVAR_SAVE_DELTA and DVAR_SAVE_EVERY_WORKER "
+		                      "cannot be combined: each worker's own checkpoint has no "
+		                      "shared base");
+	if ((rc = choose_base(j)) != DVAR_OK)
+		return rc;
 	j->late_verdict = j->async && !(j->flags & DVAR_SAVE_ALLOW_REPLICA_MISMATCH);
 	if (j->worker != 0 && !every_worker(j)) {
 		/* Publishing and retention are the chief's, and so is reporting. */
@@ -283,7 +344,41 @@ static int prepare(save_job *j, const char *root, dvar_variable *const *vars, si
 			return rc;
 	if ((rc = check_unique(j->items, j->n)) != DVAR_OK)
 		return rc;
+	/* One snapshot per tracker: a sharded variable's items share theirs. */
+	for (size_t i = 0; i < j->n; i++) {
+		item *it = &j->items[i];
+		if (!it->track)
+			continue;
+		it->snap = i && j->items[i - 1].track == it->track ? j->items[i - 1].snap
+		                                                    : dvar_track_snapshot(it->track);
+	}
 	return dvar_strategy_check_saveable(j->s);
+}
+
+/* A delta save's root as trackers know it, and its base: the checkpoint of
+ * it this strategy last committed or restored, while it is still there. */
+static int choose_base(save_job *j)
+{
+	const char *b;
+	char *dir, *index;
+	int rc = DVAR_OK;
+
+	if (!(j->flags & DVAR_SAVE_DELTA))
+		return DVAR_OK;
+	if (!(j->root_key = dvar_store_root_key(j->root)))
+		return dvar_error_set(DVAR_ENOMEM, "out of memory");
+	b = base_of(dvar_strategy_store_slot(j->s), j->root_key);
+	if (!b || (j->flags & DVAR_SAVE_NEW_CHAIN))
+		return DVAR_OK;
+	dir = dvar_path_join(j->root, b);
+	index = dir ? dvar_path_join(dir, DVAR_INDEX_NAME) : NULL;
+	if (!index)
+		rc = dvar_error_set(DVAR_ENOMEM, "out of memory");
+	else if (dvar_fs_exists(index) && !(j->base = strdup(b)))
+		rc = dvar_error_set(DVAR_ENOMEM, "out of memory");
+	free(index);
+	free(dir);
+	return rc;
 }
 
 /* ---------------------------------------------------------------- agreeing on the list */
@@ -312,8 +407,9 @@ static uint64_t digest(const item *it)
 	return fnv(h, it->name, strlen(it->name) + 1);
 }
 
-/* Round 1's payload: the token (NUL-padded), the flags, the item count, then the digests. */
-#define LIST_HEAD (TOKEN_BYTES + 16)
+/* Round 1's payload: the token (NUL-padded), the flags, the item count, the
+ * base's digest, then the items'. */
+#define LIST_HEAD (TOKEN_BYTES + 24)
 
 static int compare_lists(const save_job *j, const unsigned char *all, const size_t *offs)
 {
@@ -326,6 +422,12 @@ static int compare_lists(const save_job *j, const unsigned char *all, const size
 		memcpy(&fb, b, 8);
 		memcpy(&na, a + 8, 8);
 		memcpy(&nb, b + 8, 8);
+		if (memcmp(a + 16, b + 16, 8) != 0)
+			return dvar_error_set(DVAR_EINVAL,
+			                      "the workers would save deltas over different checkpoints: "
+			                      "worker %d's last save or restore into this root is not "
+			                      "worker 0's",
+			                      w);
 		if (fa != fb)
 			return dvar_error_set(DVAR_EINVAL,
 			                      "the workers save with different flags: worker 0 passes "
@@ -337,7 +439,7 @@ static int compare_lists(const save_job *j, const unsigned char *all, const size
 			                      "variables and tensors, worker %d passes %llu",
 			                      (unsigned long long)na, w, (unsigned long long)nb);
 		for (uint64_t i = 0; i < na; i++)
-			if (memcmp(a + 16 + 8 * i, b + 16 + 8 * i, 8) != 0)
+			if (memcmp(a + 24 + 8 * i, b + 24 + 8 * i, 8) != 0)
 				return dvar_error_set(DVAR_EINVAL,
 				                      "the workers save different lists: item #%llu ('%s' on "
 				                      "worker %d) differs between worker 0 and worker %d in "
@@ -359,7 +461,7 @@ static int agree_on_list(save_job *j, int rc)
 	unsigned char *mine = rc == DVAR_OK ? malloc(len) : NULL;
 	unsigned char *all = NULL;
 	size_t *offs = malloc(((size_t)j->W + 1) * sizeof *offs);
-	uint64_t head[2] = { j->flags, j->n };
+	uint64_t head[3] = { j->flags, j->n, 0 };
 
 	if (rc == DVAR_OK && (!mine || !offs))
 		rc = dvar_error_set(DVAR_ENOMEM, "out of memory");
@@ -367,7 +469,9 @@ static int agree_on_list(save_job *j, int rc)
 		memset(j->token, 0, sizeof j->token);
 		dvar_tmp_tag(j->token);
 		memcpy(mine, j->token, TOKEN_BYTES);
-		memcpy(mine + TOKEN_BYTES, head, 16);
+		if (j->base)
+			head[2] = fnv(0xcbf29ce484222325ull, j->base, strlen(j->base) + 1);
+		memcpy(mine + TOKEN_BYTES, head, 24);
 		for (size_t i = 0; i < j->n; i++) {
 			uint64_t h = digest(&j->items[i]);
 
@@ -508,13 +612,35 @@ static int make_plan(save_job *j)
 
 /* ---------------------------------------------------------------- writing a part */
 
-static int add_item(dvar_writer *w, const item *it)
+/* A delta's item: the rows it changed (gathered from the whole value unless
+ * staged so), or, once per variable and part, the variable unchanged. */
+static int add_delta(dvar_writer *w, const item *it, int declared)
+{
+	unsigned char *rows = NULL;
+	int rc;
+
+	if (it->delta == DVAR_DELTA_SAME)
+		return declared ? DVAR_OK : dvar_writer_add_unchanged(w, it->name, it->dtype, &it->shape);
+	if (!it->packed && it->nrows && !(rows = malloc((size_t)it->nrows * it->row_bytes)))
+		return dvar_error_set(DVAR_ENOMEM, "saving '%s': out of memory for %llu changed rows",
+		                      it->name, (unsigned long long)it->nrows);
+	if (rows)
+		dvar_store_gather_rows(it, it->data, rows);
+	rc = dvar_writer_add_rows(w, it->name, it->dtype, &it->shape, it->rows, (size_t)it->nrows,
+	                          rows ? rows : it->data);
+	free(rows);
+	return rc;
+}
+
+static int add_item(dvar_writer *w, const item *it, int declared)
 {
 	/* One shard is a plain entry, as TF writes a full slice. */
 	int sliced = it->kind == KIND_SHARDED && it->nshards > 1;
 	int kind = it->kind == KIND_SHARDED && !sliced ? KIND_PLAIN : it->kind;
-	int rc = dvar_writer_add(w, it->name, it->dtype, &it->shape, sliced ? &it->slice : NULL,
-	                         it->data);
+	int rc = it->delta != DVAR_DELTA_WHOLE
+	                 ? add_delta(w, it, declared)
+	                 : dvar_writer_add(w, it->name, it->dtype, &it->shape,
+	                                   sliced ? &it->slice : NULL, it->data);
 	char count[24];
 
 	if (rc == DVAR_OK)
@@ -548,9 +674,19 @@ static void *write_part(void *arg)
 	int rc = DVAR_OK;
 
 	dvar_store_checksum_deferred(j);
-	for (size_t i = 0; i < j->n && rc == DVAR_OK; i++)
-		if (j->items[i].writer == j->worker)
-			rc = add_item(j->w, &j->items[i]);
+	const char *last = NULL; /* the variable this part wrote last */
+	for (size_t i = 0; i < j->n && rc == DVAR_OK; i++) {
+		const item *it = &j->items[i];
+
+		if (it->writer != j->worker)
+			continue;
+		/* An unchanged sharded variable is declared once per part (its
+		 * items are consecutive). */
+		rc = add_item(j->w, it, last && strcmp(last, it->name) == 0);
+		last = it->name;
+	}
+	if (rc == DVAR_OK)
+		j->bytes = dvar_writer_data_bytes(j->w);
 	if (rc == DVAR_OK)
 		rc = dvar_writer_finish_part(j->w, &j->blob, &j->blob_len);
 	keep(&j->local, rc);
@@ -568,9 +704,12 @@ static void job_free(save_job *j)
 	for (size_t i = 0; i < j->n; i++) {
 		free(j->items[i].name);
 		free(j->items[i].table);
+		free(j->items[i].rows);
 	}
 	dvar_store_arena_free(j->s, j->arena);
 	free(j->items);
+	free(j->root_key);
+	free(j->base);
 	free(j->sums);
 	dvar_free(j->blob);
 	free(j->root);
@@ -605,6 +744,7 @@ static int new_job(save_job **out, dvar_strategy *s, int64_t step, int async)
 	j->R = dvar_strategy_num_replicas_in_sync(s) / j->W;
 	j->worker = dvar_strategy_worker_id(s);
 	j->wopts = defaults;
+	j->t0 = dvar_now();
 	atomic_init(&j->written, 0);
 	return DVAR_OK;
 }
@@ -646,6 +786,8 @@ static int begin(save_job *j, const char *root, dvar_variable *const *vars, size
 		return rc; /* the same verdict everywhere; nothing was created */
 	if ((rc = gather_iterators(j)) != DVAR_OK)
 		return rc; /* agreed */
+	if ((rc = dvar_store_decide_delta(j)) != DVAR_OK)
+		return rc; /* agreed */
 
 	/* Round 2: aggregates (and, asynchronous, copies and checksums). */
 	keep(&j->stage_error, dvar_store_stage_alloc(j));
@@ -664,6 +806,8 @@ static int begin(save_job *j, const char *root, dvar_variable *const *vars, size
 		                                                  0, 1, &j->wopts)
 		                     : dvar_writer_open_step_part(&j->w, j->root, j->step, j->token,
 		                                                  j->worker, j->W, &j->wopts);
+		if (rc == DVAR_OK && j->base)
+			rc = dvar_writer_set_base(j->w, j->base);
 	}
 	opened = rc == DVAR_OK;
 	rc = dvar_store_agree(j->s, rc, NULL, 0, NULL, NULL);
@@ -718,6 +862,47 @@ static int commit(save_job *j, const unsigned char *blobs, const size_t *offs)
 	return rc;
 }
 
+/*
+ * The save is committed on every worker: what it wrote, for dvar_save_last,
+ * and, for DVAR_SAVE_DELTA, the root's checkpoint that the next delta builds
+ * on, with each tracker's snapshot as the state it holds.
+ */
+static void committed(save_job *j, uint64_t bytes)
+{
+	store_state *st = dvar_strategy_store_slot(j->s);
+	dvar_save_info *in = &st->last;
+	char ckpt[32];
+
+	snprintf(ckpt, sizeof ckpt, "ckpt-%lld", (long long)j->step);
+	memset(in, 0, sizeof *in);
+	in->step = j->step;
+	in->is_delta = j->base != NULL;
+	snprintf(in->base, sizeof in->base, "%s", j->base ? j->base : "");
+	in->bytes = bytes;
+	in->seconds = dvar_now() - j->t0;
+	for (size_t a = 0, b; a < j->n; a = b) {
+		for (b = a + 1; b < j->n && strcmp(j->items[b].name, j->items[a].name) == 0; b++)
+			in->rows_patched += j->items[b].nrows;
+		in->rows_patched += j->items[a].nrows;
+		if (j->items[a].delta == DVAR_DELTA_SAME)
+			in->vars_unchanged++;
+		else if (j->items[a].delta == DVAR_DELTA_ROWS)
+			in->vars_patched++;
+		else
+			in->vars_whole++;
+	}
+	st->have_last = 1;
+	if (!(j->flags & DVAR_SAVE_DELTA))
+		return;
+	/* Out of memory here only makes the next delta a full save. */
+	if (note_base(st, j->root_key, ckpt) != DVAR_OK)
+		dvar_error_clear();
+	for (size_t i = 0; i < j->n; i++)
+		if (j->items[i].track && (i == 0 || j->items[i - 1].track != j->items[i].track) &&
+		    dvar_track_based(j->items[i].track, j->root_key, ckpt, j->items[i].snap) != DVAR_OK)
+			dvar_error_clear();
+}
+
 /* Rounds 4 and 5 (collective): the parts to the chief, the commit, the
  * same status everywhere. */
 static int finish(save_job *j)
@@ -753,8 +938,20 @@ static int finish(save_job *j)
 			abort_staging(j);
 	}
 	free(blobs);
+	blobs = NULL;
+	/* The verdict, with every worker's bytes for dvar_save_last. */
+	rc = dvar_store_agree(j->s, rc_commit, &j->bytes, sizeof j->bytes, offs ? &blobs : NULL, offs);
+	if (rc == DVAR_OK && failed.code == DVAR_OK && offs) {
+		uint64_t total = 0, b;
+
+		for (int w = 0; w < j->W; w++) {
+			memcpy(&b, blobs + offs[w], sizeof b);
+			total += b;
+		}
+		committed(j, every_worker(j) ? j->bytes : total);
+	}
+	free(blobs);
 	free(offs);
-	rc = dvar_store_agree(j->s, rc_commit, NULL, 0, NULL, NULL);
 	if (failed.code != DVAR_OK)
 		return dvar_error_set(failed.code, "%s", failed.message);
 	return rc;
@@ -810,6 +1007,11 @@ static void state_fini(void *p)
 		job_free(j);
 	}
 	dvar_store_arena_free(st->s, st->arena);
+	for (size_t i = 0; i < st->num_bases; i++) {
+		free(st->bases[i].root);
+		free(st->bases[i].ckpt);
+	}
+	free(st->bases);
 	free(st);
 }
 
@@ -917,4 +1119,40 @@ int dvar_save_poll(dvar_strategy *s, int *done)
 		return DVAR_OK;
 	*done = 1;
 	return finish_pending(s);
+}
+
+int dvar_save_last(dvar_strategy *s, dvar_save_info *out)
+{
+	store_state *st = s ? dvar_strategy_store_slot(s) : NULL;
+
+	if (!s || !out)
+		return dvar_error_set(DVAR_EINVAL, "dvar_save_last: %s is NULL", s ? "out" : "strategy");
+	if (!st || !st->have_last)
+		return dvar_error_set(DVAR_ENOTFOUND, "no save of this strategy has been committed yet");
+	*out = st->last;
+	return DVAR_OK;
+}
+
+void dvar_store_restored(dvar_strategy *s, const char *dir, dvar_variable *const *vars, size_t n,
+                         dvar_sharded_variable *const *sharded, size_t ns)
+{
+	store_state *st = state_of(s);
+	char *parent = dvar_path_parent(dir), *root = parent ? dvar_store_root_key(parent) : NULL;
+	const char *slash = strrchr(dir, '/');
+	const char *name = slash ? slash + 1 : dir;
+
+	if (st && root && note_base(st, root, name) == DVAR_OK) {
+		for (size_t i = 0; i < n; i++) {
+			dvar_track *t = dvar_variable_track(vars[i]);
+			dvar_track_based(t, root, name, dvar_track_snapshot(t));
+		}
+		for (size_t i = 0; i < ns; i++) {
+			dvar_track *t = dvar_sharded_variable_track(sharded[i]);
+			dvar_track_all(t);
+			dvar_track_based(t, root, name, dvar_track_snapshot(t));
+		}
+	}
+	dvar_error_clear();
+	free(root);
+	free(parent);
 }

@@ -14,6 +14,7 @@
 
 #include "format/format.h"
 #include "runtime/input_state.h"
+#include "runtime/track.h"
 #include "store/store.h"
 
 enum { KIND_MIRRORED, KIND_SYNC_ON_READ, KIND_PLAIN, KIND_SHARDED, KIND_ITERATOR };
@@ -45,6 +46,14 @@ typedef struct {
 	unsigned char *owned; /* a staged copy or aggregate in the job's arena, or NULL */
 	dvar_input_iterator *iter; /* KIND_ITERATOR: its table, gathered from every worker */
 	int64_t *table;
+	/* DVAR_SAVE_DELTA (docs/STORE.md, "Delta checkpoints"). */
+	dvar_track *track;    /* its variable's change tracker; NULL: saved whole */
+	uint32_t snap;        /* the tracker's snapshot for this save */
+	int delta;            /* DVAR_DELTA_WHOLE, _SAME or _ROWS: agreed (delta.c) */
+	int64_t *rows;        /* _ROWS, on its writer: its changed rows (full-variable ids) */
+	uint64_t nrows;
+	size_t row_bytes;     /* bytes of one row of the value */
+	int packed;           /* data holds just the rows (staged so), not the whole value */
 } item;
 
 /* Keep a message across later calls that overwrite the error record. */
@@ -65,6 +74,13 @@ typedef struct {
 	char token[TOKEN_BYTES + 1];
 	dvar_write_options wopts;
 	dvar_writer *w;
+
+	/* DVAR_SAVE_DELTA: the root as the trackers know it, and the checkpoint
+	 * this save is a delta over (NULL: a full one). */
+	char *root_key;
+	char *base;
+	uint64_t bytes;       /* this worker's data file, once written */
+	double t0;            /* when the call began */
 
 	/* Staging: page-aligned, kept between saves (store_state). */
 	unsigned char *arena;
@@ -122,5 +138,21 @@ int dvar_store_agree_on_replicas(save_job *j, int rc);
 
 /* Give back a staging arena (NULL is fine). */
 void dvar_store_arena_free(dvar_strategy *s, unsigned char *p);
+
+/* ---------------------------------------------------------------- delta.c */
+
+/*
+ * Collective, after the plan, for a delta: every writer finds what changed
+ * in its items since the base, the workers agree, and every item gets the
+ * same decision everywhere: unchanged, changed rows, or whole (untracked,
+ * every row changed, or rows that would take more bytes than the value).
+ */
+int dvar_store_decide_delta(save_job *j);
+
+/* The rows of it (a _ROWS item written here) gathered from its whole value at src. */
+void dvar_store_gather_rows(const item *it, const unsigned char *src, unsigned char *dst);
+
+/* A root's name for the trackers: its real path when it exists (malloc'ed). */
+char *dvar_store_root_key(const char *root);
 
 #endif

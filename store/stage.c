@@ -56,7 +56,9 @@ static int reduced(const item *it)
  */
 static int defers(const save_job *j, const item *it, int local)
 {
-	return j->late_verdict && it->checked && local == 0 && it->writer == j->worker;
+	/* A delta stages changed rows (or nothing): its checksums come from the value. */
+	return j->late_verdict && it->checked && local == 0 && it->writer == j->worker &&
+	       it->delta == DVAR_DELTA_WHOLE;
 }
 
 #define PAGE_ROUND(n) (((n) + 4095u) & ~(size_t)4095u)
@@ -66,8 +68,20 @@ static int defers(const save_job *j, const item *it, int local)
  * buffer, and so do values on GPUs. */
 static int staged(const save_job *j, const item *it)
 {
-	return it->writer == j->worker && it->nbytes &&
+	return it->writer == j->worker && it->nbytes && it->delta != DVAR_DELTA_SAME &&
 	       (j->async || reduced(it) || (it->v && dvar_mem_on_device(j->s)));
+}
+
+/* A delta's changed rows are staged alone, gathered on the host; from a GPU
+ * the whole value comes over and the rows are gathered when written. */
+static int packs(const save_job *j, const item *it)
+{
+	return it->delta == DVAR_DELTA_ROWS && !(it->v && dvar_mem_on_device(j->s));
+}
+
+static size_t staged_bytes(const save_job *j, const item *it)
+{
+	return packs(j, it) ? (size_t)it->nrows * it->row_bytes : it->nbytes;
 }
 
 /* The checksum numbering, from the agreed list alone; then the staging
@@ -91,7 +105,7 @@ int dvar_store_stage_alloc(save_job *j)
 		return dvar_error_set(DVAR_ENOMEM, "out of memory");
 	for (size_t i = 0; i < j->n; i++)
 		if (staged(j, &j->items[i]))
-			need += PAGE_ROUND(j->items[i].nbytes);
+			need += PAGE_ROUND(staged_bytes(j, &j->items[i]));
 	if (need > j->arena_cap) {
 		dvar_store_arena_free(j->s, j->arena);
 		j->arena_cap = 0;
@@ -102,7 +116,8 @@ int dvar_store_stage_alloc(save_job *j)
 	for (size_t i = 0; i < j->n; i++)
 		if (staged(j, &j->items[i])) {
 			j->items[i].owned = j->arena + off;
-			off += PAGE_ROUND(j->items[i].nbytes);
+			j->items[i].packed = packs(j, &j->items[i]);
+			off += PAGE_ROUND(staged_bytes(j, &j->items[i]));
 		}
 	return DVAR_OK;
 }
@@ -238,7 +253,10 @@ static int stage_replica(dvar_replica *ctx, void *arg)
 		} else if (it->v && it->nbytes && !reduced(it)) {
 			const unsigned char *src = dvar_variable_component(it->v, local);
 			unsigned char *dst = keeper && j->phase == PHASE_VALUES ? it->owned : NULL;
+			unsigned char *rows = dst && it->packed ? dst : NULL;
 
+			if (rows)
+				dst = NULL; /* the changed rows only, gathered below */
 			if (defers(j, it, local))
 				memcpy(dst, src, it->nbytes);
 			else if (it->checked && (j->async || j->phase == PHASE_CHECK))
@@ -246,6 +264,8 @@ static int stage_replica(dvar_replica *ctx, void *arg)
 				              it->nbytes);
 			else if (dst)
 				memcpy(dst, src, it->nbytes);
+			if (rows)
+				dvar_store_gather_rows(it, src, rows);
 		}
 	}
 	if (rc == DVAR_OK && j->phase == PHASE_VALUES && dvar_mem_on_device(j->s))
@@ -274,8 +294,12 @@ void dvar_store_point_at_data(save_job *j)
 			 * replica 0's value, this worker's primary. */
 			it->data = dvar_variable_component(it->v, 0);
 		if ((it->kind == KIND_PLAIN || it->kind == KIND_SHARDED ||
-		     it->kind == KIND_ITERATOR) && it->owned)
-			memcpy(it->owned, it->src, it->nbytes);
+		     it->kind == KIND_ITERATOR) && it->owned) {
+			if (it->packed)
+				dvar_store_gather_rows(it, it->src, it->owned);
+			else
+				memcpy(it->owned, it->src, it->nbytes);
+		}
 	}
 }
 

@@ -45,6 +45,17 @@ int dvar_store_agree(dvar_strategy *s, int code, const void *payload, size_t len
 int dvar_store_check_tensor(const dvar_store_tensor *t, size_t i, dvar_shape *shape,
                              size_t *nbytes);
 
+/*
+ * After a restore from checkpoint directory dir into these variables (on
+ * every worker, not collective): dir becomes the base of the next delta
+ * saved into its root (DVAR_SAVE_DELTA), the variables as restored its
+ * state. Sharded variables, whose shards a restore fills in place, are
+ * marked changed for every other root here. Best effort: out of memory
+ * only makes the next delta save a full one.
+ */
+void dvar_store_restored(dvar_strategy *s, const char *dir, dvar_variable *const *vars, size_t n,
+                         dvar_sharded_variable *const *sharded, size_t ns);
+
 /* The text of a variable's synchronization or aggregation, as recorded. */
 const char *dvar_store_sync_name(int sync);
 const char *dvar_store_agg_name(int agg);

@@ -91,6 +91,22 @@ typedef struct {
  * worker takes from its own local replica 0 and its own buffer.
  */
 #define DVAR_SAVE_EVERY_WORKER (1u << 2)
+/**
+ * A delta checkpoint (docs/STORE.md, "Delta checkpoints"): save only what
+ * changed since the root's checkpoint that this strategy last committed or
+ * restored, its base (docs/FORMAT.md, "Deltas"). Every variable is saved
+ * unchanged, as its changed rows, or whole: a sync-on-read variable, a plain
+ * tensor or an iterator always whole, and so is a variable whose changed
+ * rows with their ids would take as many bytes as the variable. Without a
+ * base (the first save into a root, or its base is gone) the checkpoint is
+ * a full one. Either way it becomes the base of the next delta into the
+ * root. The variables must outlive a pending dvar_save_async (their change
+ * records are updated when it is committed). Not with
+ * DVAR_SAVE_EVERY_WORKER.
+ */
+#define DVAR_SAVE_DELTA (1u << 3)
+/** With DVAR_SAVE_DELTA: write a full checkpoint, the start of a new chain. */
+#define DVAR_SAVE_NEW_CHAIN (1u << 4)
 
 #define DVAR_SAVE_OPTIONS_VERSION 1
 #define DVAR_SAVE_OPTIONS_INIT { DVAR_SAVE_OPTIONS_VERSION }
@@ -161,6 +177,26 @@ DVAR_EXTERN(int) dvar_save_wait(dvar_strategy *s);
  */
 DVAR_EXTERN(int) dvar_save_poll(dvar_strategy *s, int *done);
 
+/** What the last committed save of a strategy wrote (dvar_save_last). */
+typedef struct {
+	int64_t step;
+	int is_delta;          /**< 1: a delta over base */
+	char base[256];        /**< its base's directory name ("ckpt-100"); "" for a full one */
+	uint64_t bytes;        /**< bytes of its data files, every worker's */
+	size_t vars_whole;     /**< variables (and tensors, iterators) it saved whole */
+	size_t vars_unchanged; /**< variables it left as the base has them */
+	size_t vars_patched;   /**< variables it saved changed rows of */
+	uint64_t rows_patched; /**< rows of those */
+	double seconds;        /**< from the call to the commit */
+} dvar_save_info;
+
+/**
+ * The last save of s that was committed (dvar_save, or an asynchronous one
+ * once dvar_save_wait or dvar_save_poll committed it): the same on every
+ * worker. Not collective. DVAR_ENOTFOUND before the first.
+ */
+DVAR_EXTERN(int) dvar_save_last(dvar_strategy *s, dvar_save_info *out);
+
 /* dvar_restore and its options: dvar/restore.h. */
 
 /* ------------------------------------------------------------ checkpoint manager */
@@ -183,9 +219,17 @@ typedef struct {
 	const dvar_save_options *save;
 	/** Passed to every restore; NULL for the defaults. Copied likewise. */
 	const dvar_restore_options *restore;
+	/** Version 2. 1: every save is a delta over the one before
+	 *  (DVAR_SAVE_DELTA), except those that start a new chain: the first,
+	 *  every full_every-th, and the first after the chain's deltas add up
+	 *  to more than max_chain_ratio times the bytes of its full checkpoint.
+	 *  Retention keeps what a kept delta needs. */
+	int delta;
+	int full_every;         /**< 0: no periodic full one; 1: every save full */
+	double max_chain_ratio; /**< 0 means 1.0 */
 } dvar_manager_options;
 
-#define DVAR_MANAGER_OPTIONS_VERSION 1
+#define DVAR_MANAGER_OPTIONS_VERSION 2
 #define DVAR_MANAGER_OPTIONS_INIT { DVAR_MANAGER_OPTIONS_VERSION }
 
 /**

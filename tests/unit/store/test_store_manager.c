@@ -895,7 +895,7 @@ static void test_store_manager__bad_options(void **state)
 	assert_int_equal(dvar_manager_open(&mgr, t.s, root, vars, 3, &mo), DVAR_EINVAL);
 	tu_assert_error_contains("opening a checkpoint manager for '");
 	tu_assert_error_contains("dvar_manager_options: version 99 is not one this library knows "
-	                         "(1 to 1)");
+	                         "(1 to 2)");
 	assert_null(mgr);
 	mo.version = DVAR_MANAGER_OPTIONS_VERSION;
 	mo.save_every = -3;
