@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # demo.sh - the main job, end to end on a fresh Debian machine: install what
 # is missing, build, train a click model on 2 workers x 2 replicas with a
-# checkpoint every 50 steps, resume it on another topology, check that a
-# resume changes nothing, inspect and verify the checkpoint, reshard it to 3
+# checkpoint every 50 steps (deltas, holding only what changed, between
+# full checkpoints), resume it on another topology, check that a resume
+# (from a delta) changes nothing, inspect and verify the checkpoint, reshard it to 3
 # shards, export it as single tensors and serve queries from the export.
 # Exits non-zero when any check fails. The files stay in DVAR_DEMO_DIR
 # (default /tmp/dvar-demo); DVAR_BUILD_DIR picks the build tree (build/).
@@ -79,6 +80,17 @@ section "train: 2 workers x 2 replicas, 4 embedding shards, to step 200, saving 
 show -o first.json "${mpi[@]}" -np 2 "$train" --ckpt "$work/ckpt" --replicas 2 --shards 4 \
 	--steps 200 --save-every 50 --json "${progress[@]}"
 report first.json 'step {step}: loss {loss:.4f}, accuracy {accuracy:.3f} (since step 0)'
+# What each save wrote: a full checkpoint, then deltas holding only the
+# embedding rows that changed (and the small dense variables whole).
+"$py" - first.json <<'EOF'
+import json, sys
+saves = json.load(open(sys.argv[1]))["saves"]
+full = next(s["bytes"] for s in saves if not s["delta"])
+for s in saves:
+    kind = "delta over %s, %d embedding rows" % (s["base"], s["rows_patched"]) if s["delta"] else "full"
+    ratio = ", %.1fx smaller than the full one" % (full / s["bytes"]) if s["delta"] else ""
+    print("ckpt-%-4d %-40s %6.2f MiB%s" % (s["step"], kind, s["bytes"] / 2**20, ratio))
+EOF
 show "$dvar" ls "$work/ckpt"
 # Kept for the replay check below.
 cp -r ckpt replay
@@ -96,7 +108,8 @@ show -o crash.out "${mpi[@]}" -np 2 "$train" --ckpt "$work/replay" --resume --re
 	--shards 4 --steps 300 --save-every 50 --kill-at 230 --json 2>crash.log || rc=$?
 [ "$rc" -ne 0 ] || fail "the run that was to crash at step 230 exited 0"
 grep -h 'killing itself' crash.log || true
-echo "mpirun exited $rc; the latest checkpoint is $(sed -n 's/^model_checkpoint_path: *"\(.*\)"$/\1/p' replay/checkpoint)"
+latest=$(sed -n 's/^model_checkpoint_path: *"\(.*\)"$/\1/p' replay/checkpoint)
+echo "mpirun exited $rc; the latest checkpoint is $latest, $("$dvar" ls replay | awk -v n="$latest" '$2 == n { print ($0 ~ /delta over/ ? "a delta over " $NF : "a full one") }')"
 show -o replay.json "${mpi[@]}" -np 2 "$train" --ckpt "$work/replay" --resume --replicas 2 \
 	--shards 4 --steps 300 --save-every 50 --json
 show -o straight.json "${mpi[@]}" -np 2 "$train" --ckpt "$work/straight" --replicas 2 --shards 4 \
@@ -131,7 +144,9 @@ cat <<EOF
 Trained the click model to step 200 on 2 workers x 2 replicas (4 shards),
 resumed it to step 300 on 1 worker x 3 replicas (6 shards), and checked
 that a job whose worker was killed at step 230, resumed on its own
-topology, ends bit for bit where an uninterrupted run does. The checkpoint
+topology from a delta checkpoint, ends bit for bit where an uninterrupted
+run does. Between full checkpoints the saves wrote deltas: only the
+embedding rows that changed. The checkpoint
 verified, was resharded to 3 shards and exported; dvar-serve mapped the
 export and predicted what the trained model does.
 Files, in $work:

@@ -33,7 +33,7 @@ typedef struct {
 	const char *ckpt;
 	const char *predict;
 	int64_t steps, save_every, batch, vocab, dim, examples, log_every, kill_at;
-	int replicas, shards, keep, resume, json, progress;
+	int replicas, shards, keep, resume, json, progress, full_every;
 	uint64_t seed;
 } options;
 
@@ -56,6 +56,9 @@ typedef struct {
 	dvar_sharded_variable *emb;
 	dvar_variable *vars[5]; /* kernel, bias, loss, examples, correct: the manager's list */
 	dvar_manager *m;
+	/* What each committed save wrote (dvar_save_last), for the summary. */
+	dvar_save_info *saves;
+	size_t num_saves;
 	int64_t step;           /* MODEL_STEP's value */
 	/* The seed makes the data: a resume with another would train on other
 	 * examples without a word, so it is saved and checked. */
@@ -125,6 +128,9 @@ static void usage(FILE *f)
 	        "  --steps N         train until global step N (default 300)\n"
 	        "  --save-every K    checkpoint every K steps, and at the end (default 100)\n"
 	        "  --keep N          keep the last N checkpoints, 0 = all (default 5)\n"
+	        "  --full-every K    save deltas (what changed since the last save), with a\n"
+	        "                    full checkpoint every K saves; 1: every save full\n"
+	        "                    (default 4)\n"
 	        "  --resume          continue from DIR's latest checkpoint (variables and\n"
 	        "                    input position); a fresh start when DIR has none\n"
 	        "  --replicas R      replicas per worker (default 1)\n"
@@ -173,6 +179,7 @@ static void parse_options(options *o, int argc, char **argv)
 {
 	*o = (options){ .steps = 300, .save_every = 100, .batch = 256, .vocab = 200000, .dim = 32,
 		        .examples = 131072, .log_every = 10, .replicas = 1, .shards = 4, .keep = 5,
+		        .full_every = 4,
 		        .seed = 1, .progress = -1 };
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v;
@@ -200,6 +207,8 @@ static void parse_options(options *o, int argc, char **argv)
 			o->save_every = int_arg(a, v, 1, INT64_C(1) << 40);
 		else if (!strcmp(a, "--keep"))
 			o->keep = (int)int_arg(a, v, 0, 1 << 20);
+		else if (!strcmp(a, "--full-every"))
+			o->full_every = (int)int_arg(a, v, 1, 1 << 20);
 		else if (!strcmp(a, "--replicas"))
 			o->replicas = (int)int_arg(a, v, 1, 256);
 		else if (!strcmp(a, "--shards"))
@@ -329,9 +338,30 @@ static void open_manager(job *j)
 	mo.save_every = j->o.save_every;
 	mo.keep_last = j->o.keep;
 	mo.async = 1;
+	mo.delta = j->o.full_every != 1;
+	mo.full_every = j->o.full_every;
 	mo.save = &so;
 	mo.restore = &ro;
 	check(dvar_manager_open(&j->m, j->s, j->o.ckpt, j->vars, 5, &mo), j->o.ckpt);
+}
+
+/* Record the save committed last, when it is new: what it wrote goes into
+ * the summary and, on a terminal, a progress line. */
+static void note_save(job *j, int tty)
+{
+	dvar_save_info in;
+
+	if (dvar_save_last(j->s, &in) != DVAR_OK ||
+	    (j->num_saves && j->saves[j->num_saves - 1].step == in.step))
+		return;
+	j->saves = realloc(j->saves, (j->num_saves + 1) * sizeof *j->saves);
+	if (!j->saves)
+		die("out of memory");
+	j->saves[j->num_saves++] = in;
+	if (tty)
+		fprintf(stderr, "step %" PRId64 ": ckpt-%" PRId64 " committed, %s%s, %.2f MiB written\n",
+		        j->step, in.step, in.is_delta ? "a delta over " : "full",
+		        in.is_delta ? in.base : "", (double)in.bytes / (1 << 20));
 }
 
 /* A new epoch: the iterator over the dataset starts again. The manager
@@ -642,6 +672,7 @@ int main(int argc, char **argv)
 		if (saved && tty)
 			fprintf(stderr, "step %" PRId64 ": saving %s/ckpt-%" PRId64 "\n", j.step, j.o.ckpt,
 			        j.step);
+		note_save(&j, tty);
 		if (j.step == j.o.kill_at && j.worker == j.W - 1) {
 			fprintf(stderr, "dvar-train: worker %d: killing itself after step %" PRId64 "\n",
 			        j.worker, j.step);
@@ -660,9 +691,12 @@ int main(int argc, char **argv)
 		}
 	}
 	/* The final state is always in a checkpoint. */
-	if (j.step > start && j.step % j.o.save_every != 0)
+	if (j.step > start && j.step % j.o.save_every != 0) {
 		check(dvar_manager_save(j.m, j.step), "saving");
+		note_save(&j, tty);
+	}
 	check(dvar_manager_wait(j.m), "saving");
+	note_save(&j, tty);
 
 	checksums(&j, sums, &fin);
 	if (j.o.predict)
@@ -681,7 +715,21 @@ int main(int argc, char **argv)
 			       mean_loss(first, fin), accuracy(first, fin), secs, j.o.ckpt, j.step);
 			for (int v = 0; v < 6; v++)
 				printf("%s\"%s\":\"%08x\"", v ? "," : "", sums[v].name, sums[v].crc);
-			printf("}}\n");
+			printf("},\"saves\":[");
+			for (size_t k = 0; k < j.num_saves; k++) {
+				const dvar_save_info *in = &j.saves[k];
+				printf("%s{\"step\":%" PRId64 ",\"delta\":%s,\"base\":", k ? "," : "",
+				       in->step, in->is_delta ? "true" : "false");
+				if (in->is_delta)
+					printf("\"%s\"", in->base);
+				else
+					printf("null");
+				printf(",\"bytes\":%" PRIu64 ",\"whole\":%zu,\"unchanged\":%zu,"
+				       "\"patched\":%zu,\"rows_patched\":%" PRIu64 ",\"seconds\":%.3f}",
+				       in->bytes, in->vars_whole, in->vars_unchanged, in->vars_patched,
+				       in->rows_patched, in->seconds);
+			}
+			printf("]}\n");
 		} else {
 			printf("step %" PRId64 ": loss %.4f, accuracy %.3f over %" PRId64
 			       " examples since step 0; this run: %" PRId64 " steps in %.1f s "
@@ -700,6 +748,7 @@ int main(int argc, char **argv)
 	for (int r = 0; r < j.R; r++)
 		free(j.scratch[r].kernel), free(j.scratch[r].grad), free(j.scratch[r].pooled);
 	free(j.scratch), free(j.batches), free(j.ids), free(j.rows), free(j.emb_delta), free(j.data);
+	free(j.saves);
 	dvar_strategy_free(j.s);
 	return 0;
 }
