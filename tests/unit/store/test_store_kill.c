@@ -23,6 +23,10 @@
  * directory; ckpt-1 reads back exactly (dvar_reader, and dvar_restore into
  * W = 1 x R = 2 with the integer SUM split exactly); and saving step 2
  * again into the same root works.
+ *
+ * With DVAR_KILL_DELTA=1 in the environment both saves are delta saves
+ * (DVAR_SAVE_DELTA) and step 2 changes only rows of the large variables:
+ * worker 1 dies writing the row patch of big_b, a delta over ckpt-1.
  */
 #include <errno.h>
 #include <signal.h>
@@ -36,6 +40,17 @@
 #include "testutil.h"
 #include "dvar/dvar.h"
 #include "store_tu.h"
+
+/* Delta saves, and a step 2 that changes rows (DVAR_KILL_DELTA). */
+static int delta_mode(void)
+{
+	const char *e = getenv("DVAR_KILL_DELTA");
+	return e && strcmp(e, "1") == 0;
+}
+
+/* Rows of the large variables a delta step 2 changes: every fifth one,
+ * 12 bytes each with its id, over FSIZE_LIMIT for worker 1's big_b. */
+#define CHANGED_ROWS (BIG_ELEMS / 5)
 
 /* Worker 1's file size limit in step 2; it writes BIG_ELEMS * 4 bytes. */
 #define FSIZE_LIMIT (1u << 20)
@@ -200,7 +215,27 @@ static int save_step(run *t, const char *root, int64_t step)
 	wo.chunk_size = 1u << 20;
 	wo.threads = 1;
 	so.write = &wo;
+	so.flags = delta_mode() ? DVAR_SAVE_DELTA : 0;
 	return dvar_save(t->topo.s, root, step, t->v, NUM_VARS, &so);
+}
+
+/* A delta's step 2: rows of the large variables change (big_b is MEAN: no
+ * scatter_update there, an add of 1 to each). */
+static int change_rows(run *t)
+{
+	int64_t *idx = malloc(CHANGED_ROWS * sizeof *idx);
+	float *ones = malloc(CHANGED_ROWS * sizeof *ones);
+	int rc = idx && ones ? DVAR_OK : DVAR_ENOMEM;
+
+	for (size_t k = 0; rc == DVAR_OK && k < CHANGED_ROWS; k++) {
+		idx[k] = (int64_t)(5 * k);
+		ones[k] = 1.0f;
+	}
+	for (int v = 0; v < 2 && rc == DVAR_OK; v++)
+		rc = dvar_variable_scatter(t->v[v], NULL, DVAR_SCATTER_ADD, idx, CHANGED_ROWS, ones);
+	free(idx);
+	free(ones);
+	return rc;
 }
 
 /* Write text to path whole or not at all (a kill may come at any time). */
@@ -263,7 +298,7 @@ static int main_save(const char *work, int timeout_ms)
 		return 1;
 	}
 	/* New values, so that a committed step 2 could not pass for step 1. */
-	if ((rc = fill(&t, 2)) != DVAR_OK) {
+	if ((rc = delta_mode() ? change_rows(&t) : fill(&t, 2)) != DVAR_OK) {
 		fprintf(stderr, "worker %d: step 2 values: %s\n", t.topo.worker,
 		        dvar_error_last()->message);
 		return 1;
