@@ -265,12 +265,13 @@ static int save_into(const stu_topo *t, vars *v, const char *root, int64_t step,
 }
 
 /*
- * The chain: saves as deltas into root at pseudo-random steps, and the same
- * state as full checkpoints into full/; every delta reads equal to its full
- * twin, and to the model; then random links of the chain restore into R = 1
- * and 2 replicas and into 2 and 5 shards.
+ * The chain, saved by R replicas a worker: saves as deltas into root at
+ * pseudo-random steps, and the same state as full checkpoints into full/;
+ * every delta reads equal to its full twin, and to the model; then random
+ * links of the chain restore into R = 1 and 2 replicas and into 2 and 5
+ * shards.
  */
-static void test_delta__random_chain(void **state_)
+static void random_chain(int R)
 {
 	stu_topo t;
 	vars v;
@@ -279,9 +280,8 @@ static void test_delta__random_chain(void **state_)
 	char *root, *full;
 	int64_t bad = 0, deltas = 0;
 
-	(void)state_;
 	assert_non_null(saved);
-	assert_int_equal(stu_topo_open(&t, 1), DVAR_OK);
+	assert_int_equal(stu_topo_open(&t, R), DVAR_OK);
 	root = stu_shared_dir(t.s);
 	full = stu_shared_dir(t.s);
 	make_vars(t.s, &v, 3);
@@ -333,6 +333,13 @@ static void test_delta__random_chain(void **state_)
 	stu_drop_shared_dir(t.s, root);
 	stu_drop_shared_dir(t.s, full);
 	dvar_strategy_free(t.s);
+}
+
+static void test_delta__random_chain(void **state_)
+{
+	(void)state_;
+	for (int R = 1; R <= 2; R++)
+		random_chain(R);
 }
 
 /* One row changed: a delta of a few KiB where the full checkpoint has all. */
