@@ -220,6 +220,16 @@ static int get_bounded(reader *r, uint64_t max, uint64_t *out, const char *field
 	return rc;
 }
 
+/* A length of bytes that follow: at most what is left after the varint itself. */
+static int get_length(reader *r, uint64_t *out, const char *field)
+{
+	int rc = get_varint(r, out);
+	if (rc == DVAR_OK && *out > (uint64_t)(r->end - r->p))
+		return dvar_error_set(DVAR_ECORRUPT, "index entry %s: %s %llu is out of range (past its end)",
+		                      r->what, field, (unsigned long long)*out);
+	return rc;
+}
+
 static int get_u32(reader *r, uint32_t *out)
 {
 	if (r->end - r->p < 4)
@@ -246,13 +256,16 @@ static int decode_chain(reader *r, dvar_header *out)
 	int rc;
 	if ((rc = get_bounded(r, DVAR_MAX_CHAIN, &n, "chain length")))
 		return rc;
+	if (n == 0 && out->version == 3)
+		return dvar_error_set(DVAR_ECORRUPT, "index header: a version 3 checkpoint (a delta) "
+		                      "with no base in its chain");
 	/* Every link takes at least 6 bytes: bound the count before allocating. */
 	if (n > (uint64_t)(r->end - r->p) / 6)
 		return truncated(r);
 	if (n && !(out->chain = calloc((size_t)n, sizeof(dvar_link))))
 		return dvar_error_set(DVAR_ENOMEM, "out of memory");
 	for (uint64_t i = 0; i < n; i++) {
-		if ((rc = get_bounded(r, (uint64_t)(r->end - r->p), &len, "link name length")))
+		if ((rc = get_length(r, &len, "link name length")))
 			return rc;
 		if (len == 0 || len > 255 || memchr(r->p, 0, (size_t)len) || memchr(r->p, '/', (size_t)len) ||
 		    (len <= 2 && r->p[0] == '.' && (len == 1 || r->p[1] == '.')))
@@ -350,11 +363,11 @@ int dvar_var_decode(dvar_var_entry *out, const char *name, const void *p, size_t
 		dvar_attr *a = &out->attrs[i];
 		uint64_t kl, vl;
 		const unsigned char *k;
-		if ((rc = get_bounded(&r, (uint64_t)(r.end - r.p), &kl, "attribute key length")))
+		if ((rc = get_length(&r, &kl, "attribute key length")))
 			goto fail;
 		k = r.p;
 		r.p += kl;
-		if ((rc = get_bounded(&r, (uint64_t)(r.end - r.p), &vl, "attribute value length")))
+		if ((rc = get_length(&r, &vl, "attribute value length")))
 			goto fail;
 		if (dvar_attr_check((const char *)k, (size_t)kl, (const char *)r.p, (size_t)vl)) {
 			rc = dvar_error_set(DVAR_ECORRUPT, "index entry %s: attribute #%llu: %s", what,
@@ -553,7 +566,7 @@ fail:
 static int get_sized_entry(reader *r, dvar_slice_entry *out, const char *what)
 {
 	uint64_t len;
-	int rc = get_bounded(r, (uint64_t)(r->end - r->p), &len, "entry length");
+	int rc = get_length(r, &len, "entry length");
 	if (rc == DVAR_OK && (rc = dvar_slice_entry_decode(out, r->p, (size_t)len, what)) == DVAR_OK)
 		r->p += len;
 	return rc;
@@ -858,7 +871,7 @@ static int decode_part_pieces(reader *r, const dvar_part *part, dvar_var_entry *
 		char what[DVAR_MAX_NAME + 96];
 		snprintf(what, sizeof(what), "of part %u variable '%s' row piece #%zu", part->part,
 		         var->name ? var->name : "", j);
-		if ((rc = get_bounded(r, (uint64_t)(r->end - r->p), &len, "entry length")) ||
+		if ((rc = get_length(r, &len, "entry length")) ||
 		    (rc = dvar_piece_decode(&var->pieces[j], r->p, (size_t)len, what)))
 			return rc;
 		r->p += len;
@@ -959,7 +972,7 @@ int dvar_part_decode(dvar_part *out, const void *p, size_t n)
 			                    "repeated", out->part, name);
 			goto fail;
 		}
-		if ((rc = get_bounded(&r, (uint64_t)(r.end - r.p), &len, "entry length")) ||
+		if ((rc = get_length(&r, &len, "entry length")) ||
 		    (rc = dvar_var_decode(var, name, r.p, (size_t)len, 1)))
 			goto fail;
 		r.p += len;
@@ -978,7 +991,7 @@ int dvar_part_decode(dvar_part *out, const void *p, size_t n)
 		for (size_t j = 0; j < ns; j++) {
 			char swhat[DVAR_MAX_NAME + 96];
 			snprintf(swhat, sizeof(swhat), "of part %u variable '%s' slice #%zu", out->part, name, j);
-			if ((rc = get_bounded(&r, (uint64_t)(r.end - r.p), &len, "entry length")) ||
+			if ((rc = get_length(&r, &len, "entry length")) ||
 			    (rc = dvar_slice_entry_decode(&var->slices[j], r.p, (size_t)len, swhat)))
 				goto fail;
 			r.p += len;

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# install-deps.sh - install the Debian packages dvar builds and tests with.
+# install-deps.sh - install the Debian packages dvar builds and tests with;
+# with --fuzz also clang and its runtimes, which the fuzz targets need
+# (scripts/fuzz.sh; scripts/test.sh runs them).
 #
 # Quick when everything is there: each package is checked with dpkg first and
 # apt-get runs only for what is missing. As root it installs them; otherwise
@@ -11,6 +13,9 @@ set -euo pipefail
 # LevelDB's CMake package links -lsnappy.
 packages=(cmake make g++ pkg-config libleveldb-dev libsnappy-dev liblz4-dev zlib1g-dev
 	libopenmpi-dev openmpi-bin libcmocka-dev python3-numpy python3-pytest)
+if [ "${1:-}" = --fuzz ]; then
+	packages+=(clang libclang-rt-14-dev)
+fi
 
 if ! command -v dpkg >/dev/null 2>&1; then
 	echo "install-deps: not a Debian-based system; install these (or their equivalents):" >&2

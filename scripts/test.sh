@@ -1,13 +1,20 @@
 #!/usr/bin/env bash
 # test.sh - build dvar and run every test twice: a Release build in build/,
-# then an AddressSanitizer + UBSan build in build-asan/. Stops at the first
-# failure with a non-zero exit. CI runs this (.ci/run); extra arguments go to
-# both ctest runs (e.g. -L unit, -R cli).
+# then an AddressSanitizer + UBSan build in build-asan/; then every fuzz
+# target of the decoders for a short while (scripts/fuzz.sh, FUZZ_SECONDS
+# each, default 10; 0 leaves them out). Stops at the first failure with a
+# non-zero exit. CI runs this (.ci/run); extra arguments go to both ctest
+# runs (e.g. -L unit, -R cli).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=${JOBS:-2}
 
-bash scripts/install-deps.sh
+fuzz_seconds=${FUZZ_SECONDS:-10}
+if [ "$fuzz_seconds" -gt 0 ]; then
+	bash scripts/install-deps.sh --fuzz
+else
+	bash scripts/install-deps.sh
+fi
 
 # mpirun refuses to start as root without these, and CI runs as root.
 if [ "$(id -u)" -eq 0 ]; then
@@ -41,5 +48,10 @@ echo "== tests (build-asan/)"
 # suppressions file passed as LSAN_OPTIONS=suppressions=FILE.
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	ctest --test-dir build-asan --output-on-failure --no-tests=error "$@"
+
+if [ "$fuzz_seconds" -gt 0 ]; then
+	echo "== fuzz targets, ${fuzz_seconds} s each (build-fuzz/)"
+	JOBS=$jobs bash scripts/fuzz.sh "$fuzz_seconds"
+fi
 
 echo "== all tests passed"

@@ -202,6 +202,12 @@ static void test_format_attrs__hostile_index(void **state)
 	assert_int_equal(open_with_attrs(dir, "past", past_end, sizeof(past_end)), DVAR_ECORRUPT);
 	tu_assert_error_contains("attribute value length 100 is out of range");
 
+	/* A length that counts its own varint byte: one byte past the entry
+	 * (an over-read the fuzzer found). */
+	static const unsigned char one_past[] = { 1, 2, 'k' };
+	assert_int_equal(open_with_attrs(dir, "onepast", one_past, sizeof(one_past)), DVAR_ECORRUPT);
+	tu_assert_error_contains("attribute key length 2 is out of range");
+
 	static const unsigned char huge_len[] = { 1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f };
 	assert_int_equal(open_with_attrs(dir, "huge", huge_len, sizeof(huge_len)), DVAR_ECORRUPT);
 	tu_assert_error_contains("attribute key length");
