@@ -44,6 +44,7 @@ const char *dvar_strerror(int code)
 	case DVAR_ENOTSUPP: return "not supported";
 	case DVAR_EMISMATCH: return "copies differ";
 	case DVAR_ECANCELED: return "cancelled";
+	case DVAR_EBUSY: return "busy";
 	}
 	return "unknown error";
 }

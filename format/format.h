@@ -355,6 +355,13 @@ void dvar_tmp_sweep(const char *dir);
  * checkpoint directories under the root (no '/'). DVAR_ENOTFOUND when absent.
  */
 int dvar_pointer_read(dvar_checkpoint_state *out, const char *root);
+/*
+ * Take root's save lock (root/.dvar-lock, an flock the kernel drops when
+ * its process dies): *fd holds it until closed. DVAR_EBUSY naming the
+ * holder (pid and host) when another writer holds it.
+ */
+#define DVAR_LOCK_NAME ".dvar-lock"
+int dvar_root_lock(const char *root, int *fd);
 int dvar_pointer_write(const char *root, const dvar_checkpoint_state *p);
 
 /* ---------------------------------------------------------------- state.c */

@@ -410,6 +410,11 @@ static int commit_parts(dvar_writer *w, const void *const *blobs, const size_t *
 	free(parent);
 	if (!rc && w->root)
 		rc = dvar_root_publish(w->root, w->step_name, w->opts.keep_last);
+	/* Published and retained: the next save into the root may start. */
+	if (w->lock_fd >= 0) {
+		close(w->lock_fd);
+		w->lock_fd = -1;
+	}
 done:
 	for (size_t i = 0; i < num_vars; i++) {
 		free(vars[i].slices);

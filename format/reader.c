@@ -1264,10 +1264,11 @@ static int piece_ids(dvar_reader *r, const dvar_var_entry *v, dvar_piece *pc)
 		if (ids[k] < pc->first_row || ids[k] > pc->last_row || (k && ids[k] <= ids[k - 1]) ||
 		    (k == 0 && ids[k] != pc->first_row) ||
 		    (k + 1 == pc->num_rows && ids[k] != pc->last_row)) {
+			long long bad = (long long)ids[k];
 			free(ids);
 			return dvar_error_set(DVAR_ECORRUPT, "checkpoint '%s' variable '%s': row id %llu of a "
 			                      "row piece is %lld, out of order or outside rows %lld..%lld",
-			                      r->dir, v->name, (unsigned long long)k, (long long)ids[k],
+			                      r->dir, v->name, (unsigned long long)k, bad,
 			                      (long long)pc->first_row, (long long)pc->last_row);
 		}
 	pc->loaded = ids;

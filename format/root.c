@@ -16,7 +16,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "format/format.h"
 
@@ -221,6 +224,41 @@ static int keep_chains(const char *root, char **list, size_t n, size_t drop, int
 		dvar_header_clear(&h);
 	}
 	return DVAR_OK;
+}
+
+int dvar_root_lock(const char *root, int *fd)
+{
+	char *path = dvar_path_join(root, DVAR_LOCK_NAME);
+	char holder[128] = "", host[64] = "";
+	int rc = DVAR_OK;
+
+	*fd = -1;
+	if (!path)
+		return dvar_error_set(DVAR_ENOMEM, "out of memory");
+	if ((*fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666)) < 0) {
+		rc = dvar_error_set_errno(DVAR_EIO, errno, "open the lock of checkpoint root '%s'", root);
+	} else if (flock(*fd, LOCK_EX | LOCK_NB) != 0) {
+		int e = errno;
+		ssize_t n = pread(*fd, holder, sizeof(holder) - 1, 0);
+		holder[n > 0 ? n : 0] = '\0';
+		holder[strcspn(holder, "\n")] = '\0';
+		close(*fd);
+		*fd = -1;
+		if (e == EWOULDBLOCK)
+			rc = dvar_error_set(DVAR_EBUSY, "checkpoint root '%s' is being saved into by "
+			                    "another writer (%s); saves into one root go one at a time",
+			                    root, holder[0] ? holder : "its process is not known");
+		else
+			rc = dvar_error_set_errno(DVAR_EIO, e, "lock checkpoint root '%s'", root);
+	} else {
+		/* Who holds it, for the message another writer gets. */
+		gethostname(host, sizeof(host) - 1);
+		int len = snprintf(holder, sizeof(holder), "pid %ld on host %s\n", (long)getpid(), host);
+		if (ftruncate(*fd, 0) == 0 && pwrite(*fd, holder, (size_t)len, 0) < 0)
+			dvar_error_clear(); /* the lock holds without its note */
+	}
+	free(path);
+	return rc;
 }
 
 int dvar_root_publish(const char *root, const char *name, int keep_last)

@@ -178,7 +178,7 @@ static int open_dir(dvar_writer **out, const char *dir, const dvar_write_options
 	*out = NULL;
 	if (!w)
 		return dvar_error_set(DVAR_ENOMEM, "out of memory");
-	w->fd = w->fd_direct = -1;
+	w->fd = w->fd_direct = w->lock_fd = -1;
 	w->owner = pthread_self();
 	if ((rc = check_options(&w->opts, opts)))
 		goto fail;
@@ -274,11 +274,20 @@ static int open_step(dvar_writer **out, const char *root, int64_t step, const ch
                      int part, int nparts, const dvar_write_options *opts)
 {
 	char name[32], *dir;
+	int lock = -1;
 	int rc = step_dir(root, step, name, sizeof(name), &dir);
 	if (!rc)
 		rc = dvar_fs_mkdirs(root);
+	/* One save into a root at a time: its chief holds the root's lock
+	 * until it has committed (or is freed, or dies). */
+	if (!rc && part == 0)
+		rc = dvar_root_lock(root, &lock);
 	if (!rc)
 		rc = open_dir(out, dir, opts, root, name, token, part, nparts);
+	if (!rc)
+		(*out)->lock_fd = lock;
+	else if (lock >= 0)
+		close(lock);
 	free(dir);
 	return rc;
 }
@@ -1016,6 +1025,8 @@ void dvar_writer_free(dvar_writer *w)
 		close(w->fd);
 	if (w->fd_direct >= 0)
 		close(w->fd_direct);
+	if (w->lock_fd >= 0)
+		close(w->lock_fd);
 	if (w->tmp_dir && !w->shared) {
 		/* Keep the caller's error: cleanup failures are secondary. */
 		dvar_error saved = *dvar_error_last();

@@ -24,6 +24,7 @@ struct dvar_writer {
 	uint32_t part, nparts;
 	char token[DVAR_MAX_TOKEN + 1];
 	int shared;    /* a part writer: the staging directory is not ours to remove */
+	int lock_fd;   /* the root's save lock (dvar_root_lock) while this writer holds it, or -1 */
 	dvar_write_options opts;
 	dvar_pool *pool;
 	int fd;        /* buffered */

@@ -444,8 +444,14 @@ static int write_all(importer *im, const char *out)
 	if (rc == DVAR_OK)
 		rc = dvar_writer_commit(w);
 	dvar_writer_free(w);
-	if (rc != DVAR_OK && o->step >= 0 && !root_existed)
+	if (rc != DVAR_OK && o->step >= 0 && !root_existed) {
+		/* The root this call made holds only its save lock by now. */
+		char *lock = dvar_path_join(out, DVAR_LOCK_NAME);
+		if (lock)
+			unlink(lock);
+		free(lock);
 		rmdir(out);
+	}
 	return rc;
 }
 

@@ -62,7 +62,8 @@ typedef enum {
 	DVAR_EDEVICE = -11,  /**< an accelerator call failed */
 	DVAR_ENOTSUPP = -12, /**< the feature is not compiled in or not supported */
 	DVAR_EMISMATCH = -13, /**< copies that must be equal differ (mirrored replicas) */
-	DVAR_ECANCELED = -14  /**< the caller cancelled the operation (dvar_callbacks.cancel) */
+	DVAR_ECANCELED = -14, /**< the caller cancelled the operation (dvar_callbacks.cancel) */
+	DVAR_EBUSY = -15      /**< another process holds the resource (a root being saved into) */
 } dvar_code;
 
 /** The most recent error on this thread. message is never NULL ("" when

@@ -72,7 +72,7 @@ from ._checkpoint import BadChunk, Checkpoint, MappedBuffer, Tensor, TensorInfo,
 from ._errors import (Cancelled, ClosedError, CorruptError, Error, ExistsError,
                       InvalidArgument, IOError, NotFound, ShapeError, Unsupported, VersionError,
                       OK, ERROR, ENOTFOUND, EEXISTS, EINVAL, ENOMEM, EIO, ECORRUPT, EVERSION,
-                      ESHAPE, ECOMM, EDEVICE, ENOTSUPP, EMISMATCH, ECANCELED)
+                      ESHAPE, ECOMM, EDEVICE, ENOTSUPP, EMISMATCH, ECANCELED, EBUSY)
 from ._ops import (DiffReport, OpResult, VariableDiff, VerifyReport, diff, digest, export,
                    import_, reshard, verify)
 from ._progress import default_progress_enabled
@@ -101,7 +101,7 @@ __all__ = [
     "VersionError", "Unsupported", "Cancelled", "ClosedError",
     "default_progress_enabled", "library_path", "library_found_by", "DTYPES",
     "OK", "ERROR", "ENOTFOUND", "EEXISTS", "EINVAL", "ENOMEM", "EIO", "ECORRUPT", "EVERSION",
-    "ESHAPE", "ECOMM", "EDEVICE", "ENOTSUPP", "EMISMATCH", "ECANCELED",
+    "ESHAPE", "ECOMM", "EDEVICE", "ENOTSUPP", "EMISMATCH", "ECANCELED", "EBUSY",
 ]
 
 # The public classes show (and pickle) as dvar.X, where they are documented.

@@ -12,7 +12,7 @@ __all__ = [
     "Error", "NotFound", "ExistsError", "InvalidArgument", "ShapeError", "CorruptError",
     "IOError", "VersionError", "Unsupported", "Cancelled", "ClosedError",
     "OK", "ERROR", "ENOTFOUND", "EEXISTS", "EINVAL", "ENOMEM", "EIO", "ECORRUPT",
-    "EVERSION", "ESHAPE", "ECOMM", "EDEVICE", "ENOTSUPP", "EMISMATCH", "ECANCELED",
+    "EVERSION", "ESHAPE", "ECOMM", "EDEVICE", "ENOTSUPP", "EMISMATCH", "ECANCELED", "EBUSY",
 ]
 
 # The C status codes (dvar/common.h, dvar_code).
@@ -31,6 +31,7 @@ EDEVICE = -11
 ENOTSUPP = -12
 EMISMATCH = -13
 ECANCELED = -14
+EBUSY = -15
 
 
 class Error(Exception):

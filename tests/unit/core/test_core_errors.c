@@ -105,7 +105,7 @@ static void test_core_errors__strerror(void **state)
 	static const int codes[] = { DVAR_OK, DVAR_ERROR, DVAR_ENOTFOUND, DVAR_EEXISTS,
 	                             DVAR_EINVAL, DVAR_ENOMEM, DVAR_EIO, DVAR_ECORRUPT,
 	                             DVAR_EVERSION, DVAR_ESHAPE, DVAR_ECOMM, DVAR_EDEVICE,
-	                             DVAR_ENOTSUPP, DVAR_EMISMATCH, DVAR_ECANCELED };
+	                             DVAR_ENOTSUPP, DVAR_EMISMATCH, DVAR_ECANCELED, DVAR_EBUSY };
 	size_t n = sizeof codes / sizeof codes[0];
 
 	(void)state;
@@ -119,7 +119,7 @@ static void test_core_errors__strerror(void **state)
 	assert_string_equal(dvar_strerror(DVAR_EIO), "I/O error");
 	assert_string_equal(dvar_strerror(DVAR_OK), "success");
 	assert_string_equal(dvar_strerror(1), "unknown error");
-	assert_string_equal(dvar_strerror(-15), "unknown error");
+	assert_string_equal(dvar_strerror(-16), "unknown error");
 	assert_string_equal(dvar_version(), DVAR_VERSION_STRING);
 	assert_string_equal(dvar_version(), "0.1.0");
 }

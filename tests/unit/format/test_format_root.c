@@ -198,12 +198,54 @@ static void test_format_root__crash_during_save(void **state)
 	}
 }
 
+/* One save into a root at a time: a second writer is refused while the
+ * first holds the root's lock, and gets it once the first commits, is
+ * freed or dies. */
+static void test_format_root__one_save_at_a_time(void **state)
+{
+	const char *dir = *state;
+	char *root = tu_path(dir, "root");
+	dvar_writer *a, *b;
+	float x = 1;
+	dvar_shape s = { 0 };
+	char holder[64];
+
+	assert_int_equal(dvar_writer_open_step(&a, root, 1, NULL), DVAR_OK);
+	assert_int_equal(dvar_writer_open_step(&b, root, 2, NULL), DVAR_EBUSY);
+	snprintf(holder, sizeof holder, "pid %ld on host", (long)getpid());
+	tu_assert_error_contains("is being saved into by another writer");
+	tu_assert_error_contains(holder);
+	assert_int_equal(dvar_writer_add(a, "x", DVAR_FLOAT32, &s, NULL, &x), DVAR_OK);
+	assert_int_equal(dvar_writer_commit(a), DVAR_OK);
+	/* Committed: the lock is free, though a is not freed yet. */
+	assert_int_equal(dvar_writer_open_step(&b, root, 2, NULL), DVAR_OK);
+	dvar_writer_free(a);
+	dvar_writer_free(b); /* abandoned: frees the lock too */
+	assert_int_equal(dvar_writer_open_step(&b, root, 2, NULL), DVAR_OK);
+	dvar_writer_free(b);
+	/* A process that dies holding it. */
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		dvar_writer *c;
+		_exit(dvar_writer_open_step(&c, root, 3, NULL) == DVAR_OK ? (raise(SIGKILL), 0) : 1);
+	}
+	int status;
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFSIGNALED(status));
+	assert_int_equal(dvar_writer_open_step(&b, root, 3, NULL), DVAR_OK);
+	dvar_writer_free(b);
+	free(root);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_format_root__latest_and_retention, tu_setup_dir, tu_teardown_dir),
 		cmocka_unit_test_setup_teardown(test_format_root__bad_pointer, tu_setup_dir, tu_teardown_dir),
 		cmocka_unit_test_setup_teardown(test_format_root__crash_during_save, tu_setup_dir, tu_teardown_dir),
+		cmocka_unit_test_setup_teardown(test_format_root__one_save_at_a_time, tu_setup_dir,
+		                                tu_teardown_dir),
 	};
 	return cmocka_run_group_tests_name("format/root", tests, NULL, NULL);
 }
