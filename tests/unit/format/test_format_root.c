@@ -238,6 +238,50 @@ static void test_format_root__one_save_at_a_time(void **state)
 	free(root);
 }
 
+/* A reader of a checkpoint that retention deletes, or that newer ones
+ * follow, goes on reading its values: it holds its files open. */
+static void test_format_root__reader_outlives_deletion(void **state)
+{
+	const char *dir = *state;
+	char *root = tu_path(dir, "root"), *ck1 = tu_path(root, "ckpt-1");
+	dvar_write_options o = DVAR_WRITE_OPTIONS_INIT;
+	dvar_shape s = { .rank = 1, .dims = { 4096 } };
+	float *v = malloc(4096 * sizeof *v), *got = malloc(4096 * sizeof *got);
+	dvar_reader *r;
+	dvar_mapping m;
+	size_t i;
+
+	assert_non_null(v);
+	assert_non_null(got);
+	o.keep_last = 1;
+	o.compress = DVAR_COMPRESS_NONE;
+	for (int64_t step = 1; step <= 3; step++) {
+		dvar_writer *w;
+		for (int k = 0; k < 4096; k++)
+			v[k] = (float)(step * 10000 + k);
+		assert_int_equal(dvar_writer_open_step(&w, root, step, &o), DVAR_OK);
+		assert_int_equal(dvar_writer_add(w, "v", DVAR_FLOAT32, &s, NULL, v), DVAR_OK);
+		assert_int_equal(dvar_writer_commit(w), DVAR_OK);
+		dvar_writer_free(w);
+		if (step == 1) {
+			assert_int_equal(dvar_reader_open(&r, ck1, NULL), DVAR_OK);
+			assert_int_equal(dvar_reader_find(r, "v", &i), DVAR_OK);
+			assert_int_equal(dvar_reader_map(r, i, DVAR_MAP_WHOLE, 0, &m), DVAR_OK);
+		}
+	}
+	/* ckpt-1 is gone from the root, not from its reader. */
+	assert_false(dvar_fs_exists(ck1));
+	assert_int_equal(dvar_reader_read(r, i, NULL, got, 4096 * sizeof *got), DVAR_OK);
+	for (int k = 0; k < 4096; k++)
+		assert_true(got[k] == (float)(10000 + k) && ((const float *)m.data)[k] == got[k]);
+	dvar_reader_unmap(&m);
+	dvar_reader_free(r);
+	free(v);
+	free(got);
+	free(ck1);
+	free(root);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -245,6 +289,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_format_root__bad_pointer, tu_setup_dir, tu_teardown_dir),
 		cmocka_unit_test_setup_teardown(test_format_root__crash_during_save, tu_setup_dir, tu_teardown_dir),
 		cmocka_unit_test_setup_teardown(test_format_root__one_save_at_a_time, tu_setup_dir,
+		                                tu_teardown_dir),
+		cmocka_unit_test_setup_teardown(test_format_root__reader_outlives_deletion, tu_setup_dir,
 		                                tu_teardown_dir),
 	};
 	return cmocka_run_group_tests_name("format/root", tests, NULL, NULL);
