@@ -65,11 +65,13 @@ static int defers(const save_job *j, const item *it, int local)
 
 /* What this worker writes and cannot borrow: a synchronous save reads
  * mirrored values, shards and plain data in place; aggregates always need a
- * buffer, and so do values on GPUs. */
+ * buffer, and so do values on GPUs, and a delta's changed rows, gathered
+ * into the arena that the next save reuses (its pages already touched). */
 static int staged(const save_job *j, const item *it)
 {
 	return it->writer == j->worker && it->nbytes && it->delta != DVAR_DELTA_SAME &&
-	       (j->async || reduced(it) || (it->v && dvar_mem_on_device(j->s)));
+	       (j->async || reduced(it) || (it->v && dvar_mem_on_device(j->s)) ||
+	        it->delta == DVAR_DELTA_ROWS);
 }
 
 /* A delta's changed rows are staged alone, gathered on the host; from a GPU
@@ -416,7 +418,9 @@ int dvar_store_stage(save_job *j, int phase)
 	for (size_t i = 0; i < j->n; i++) {
 		const item *it = &j->items[i];
 
-		work |= phase == PHASE_VALUES ? reduced(it) || (j->async && it->v && it->nbytes)
+		/* A delta's kinds are agreed: the same decision on every worker. */
+		work |= phase == PHASE_VALUES ? reduced(it) || (j->async && it->v && it->nbytes) ||
+		                                        (it->v && it->delta == DVAR_DELTA_ROWS)
 		                              : it->checked;
 	}
 	if (!work)
