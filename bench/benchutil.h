@@ -5,8 +5,8 @@
  * and on Ctrl-C), options, the load average and the goals table.
  *
  * Ownership: bench/ owns this pair; it serves dvar_bench_io,
- * dvar_bench_save, dvar_bench_reshard, dvar_bench_allreduce and
- * dvar_bench_cuda only. It is
+ * dvar_bench_read, dvar_bench_save, dvar_bench_delta, dvar_bench_reshard,
+ * dvar_bench_allreduce and dvar_bench_cuda only. It is
  * not part of libdvar, never installed and carries no API promise: change it
  * together with its callers, and keep here only what they truly share (a
  * program's own cases, series and report stay in its file).
