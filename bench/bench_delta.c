@@ -37,6 +37,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "benchmpi.h"
 #include "benchutil.h"
 #include "dvar/dvar.h"
 #include "runtime/track.h"
@@ -122,29 +123,9 @@ static void abort_all(void)
 
 /* ------------------------------------------------------------------ timing */
 
-/* A barrier that sleeps instead of spinning (two processes share the cores). */
-static void quiet_barrier(void)
-{
-	struct timespec pause = { 0, 50000 };
-	MPI_Request req;
-	double t0 = bench_now();
-	int done = 0;
-
-	MPI_Ibarrier(MPI_COMM_WORLD, &req);
-	for (;;) {
-		MPI_Test(&req, &done, MPI_STATUS_IGNORE);
-		if (done)
-			return;
-		if (bench_now() - t0 < 100e-6)
-			sched_yield();
-		else
-			nanosleep(&pause, NULL);
-	}
-}
-
 static void start_timer(void)
 {
-	quiet_barrier();
+	bench_mpi_barrier();
 	g.t0 = bench_now();
 }
 
@@ -250,23 +231,23 @@ static void make_cold(const char *root, int check)
 {
 	uint64_t resident = 0;
 
-	quiet_barrier();
+	bench_mpi_barrier();
 	drop_tree(root, check ? &resident : NULL);
 	if (check)
 		g.resident_after_drop = (double)sum_all(resident) / g.W;
-	quiet_barrier();
+	bench_mpi_barrier();
 }
 
 /* After a case: files gone, the deletes (and a `discard` mount's discards)
  * done before the next timed section. */
 static void remove_root(const char *root)
 {
-	quiet_barrier();
+	bench_mpi_barrier();
 	if (g.rank == 0) {
 		bench_remove_tree(root);
 		bench_syncfs(g.scratch);
 	}
-	quiet_barrier();
+	bench_mpi_barrier();
 }
 
 /* ------------------------------------------------------------------ data */
@@ -473,10 +454,10 @@ static double raw_write_share(uint64_t bytes, const char *tag)
 	}
 	t = max_all(lap());
 	unlink(path);
-	quiet_barrier();
+	bench_mpi_barrier();
 	if (g.rank == 0)
 		bench_syncfs(g.scratch);
-	quiet_barrier();
+	bench_mpi_barrier();
 	return t;
 }
 
@@ -1055,7 +1036,7 @@ int main(int argc, char **argv)
 	if (g.rank == 0)
 		report();
 
-	quiet_barrier();
+	bench_mpi_barrier();
 	bench_scratch_remove(); /* armed on the chief alone */
 	dvar_track_fini(&g.track);
 	dvar_sharded_variable_free(g.target);

@@ -28,6 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "benchmpi.h"
 #include "benchutil.h"
 #include "dvar/dvar.h"
 
@@ -91,34 +92,10 @@ static void abort_all(void)
 
 /* ------------------------------------------------------------------ timing */
 
-/*
- * A barrier that sleeps instead of spinning: a worker waiting for the chief
- * (cases (a) and the one-file raw write) must leave the cores to it. Wakes
- * up within about 50 us of the last arrival.
- */
-static void quiet_barrier(void)
-{
-	struct timespec pause = { 0, 50000 };
-	MPI_Request req;
-	double t0 = bench_now();
-	int done = 0;
-
-	MPI_Ibarrier(MPI_COMM_WORLD, &req);
-	for (;;) {
-		MPI_Test(&req, &done, MPI_STATUS_IGNORE);
-		if (done)
-			return;
-		if (bench_now() - t0 < 100e-6)
-			sched_yield();
-		else
-			nanosleep(&pause, NULL);
-	}
-}
-
 /* Start a timed section: every worker leaves the same barrier. */
 static void start_timer(void)
 {
-	quiet_barrier();
+	bench_mpi_barrier();
 	g.cpu0 = bench_cpu_self();
 	g.t0 = bench_now();
 }
@@ -138,7 +115,7 @@ static sample combine(sample mine)
 {
 	sample all;
 
-	quiet_barrier();
+	bench_mpi_barrier();
 	MPI_Allreduce(&mine.wall, &all.wall, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
 	MPI_Allreduce(&mine.cpu, &all.cpu, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
 	return all;
@@ -234,10 +211,10 @@ static double raw_write(const char *path, const void *buf, uint64_t bytes)
  * `discard` mount issues at the journal commit) done before the next case. */
 static void settle(void)
 {
-	quiet_barrier();
+	bench_mpi_barrier();
 	if (g.rank == 0)
 		bench_syncfs(g.scratch);
-	quiet_barrier();
+	bench_mpi_barrier();
 }
 
 /* ------------------------------------------------------------------ checks */
@@ -383,7 +360,7 @@ static sample case_save(unsigned int flags, int64_t step, int verify_it, uint64_
 	MPI_Allreduce(&bytes, &sum, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
 	if (written)
 		*written = sum;
-	quiet_barrier(); /* nobody reads it any more */
+	bench_mpi_barrier(); /* nobody reads it any more */
 	if (mine)
 		bench_remove_tree(root);
 	return t;
@@ -890,7 +867,7 @@ int main(int argc, char **argv)
 		dvar_variable_free(g.v[i]);
 	free(g.v);
 	dvar_strategy_free(g.s);
-	quiet_barrier();
+	bench_mpi_barrier();
 	bench_scratch_remove(); /* armed on the chief alone */
 	munmap(g.src, g.unique);
 	munmap(g.dst, g.unique);

@@ -1,9 +1,12 @@
 /*
  * benchmpi.c - worker 0 alone, the others asleep (benchmpi.h).
  */
+#include <sched.h>
 #include <time.h>
 
 #include <mpi.h>
+
+#include "benchutil.h"
 
 #include "benchmpi.h"
 
@@ -20,6 +23,25 @@ void bench_mpi_hold(void)
 		MPI_Test(&req, &done, MPI_STATUS_IGNORE);
 		if (!done)
 			nanosleep(&ms, NULL);
+	}
+}
+
+void bench_mpi_barrier(void)
+{
+	struct timespec pause = { 0, 50000 };
+	MPI_Request req;
+	double t0 = bench_now();
+	int done = 0;
+
+	MPI_Ibarrier(MPI_COMM_WORLD, &req);
+	for (;;) {
+		MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+		if (done)
+			return;
+		if (bench_now() - t0 < 100e-6)
+			sched_yield();
+		else
+			nanosleep(&pause, NULL);
 	}
 }
 
