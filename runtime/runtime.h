@@ -17,7 +17,6 @@
 #include <stdint.h>
 
 #include "dvar/runtime.h"
-#include "runtime/track.h"
 
 DVAR_BEGIN_DECL
 
@@ -82,7 +81,9 @@ void dvar_kernel_clip_norm(int dtype, void *row, size_t count, double max_norm);
  */
 int dvar_variable_restore(dvar_variable *v, const void *value);
 
-/** v's row change tracker (track.h), which the store reads and records saves in. */
+/** v's row change tracker (track.h, which C++ and CUDA sources cannot
+ * include: C11 atomics), which the store reads and records saves in. */
+typedef struct dvar_track dvar_track;
 dvar_track *dvar_variable_track(dvar_variable *v);
 
 /**

@@ -33,7 +33,7 @@ typedef struct {
 	uint32_t epoch;
 } dvar_track_base;
 
-typedef struct {
+typedef struct dvar_track {
 	uint64_t rows;          /* rows along axis 0; 1 for a scalar */
 	atomic_uint epoch;      /* updates mark with this one */
 	atomic_uint whole;      /* the last epoch in which every row was updated */
