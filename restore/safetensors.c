@@ -392,7 +392,8 @@ static int check_tensors(const json *j, uint64_t buffer)
 			                                     PRIu64, j->path, t->name, shape,
 			                      dvar_st_dtype_name(t->dtype), need, t->bytes);
 	}
-	qsort(j->t, j->n, sizeof(*j->t), by_offset);
+	if (j->n) /* a header of no tensors has no array to sort */
+		qsort(j->t, j->n, sizeof(*j->t), by_offset);
 	for (size_t i = 1; i < j->n; i++)
 		if (j->t[i].offset < j->t[i - 1].offset + j->t[i - 1].bytes)
 			return dvar_error_set(DVAR_ECORRUPT, "'%s': tensors '%s' and '%s' share bytes "

@@ -2,7 +2,8 @@
 # fuzz.sh - build the libFuzzer targets (fuzz/) with clang, under
 # AddressSanitizer and UBSan, in build-fuzz/, and run each one for SECONDS
 # over its seed corpus (fuzz/corpus/TARGET, read only: new inputs go to
-# build-fuzz/corpus/TARGET). Prints each target's executions; a crash, a
+# build-fuzz/corpus/TARGET), from the random seed FUZZ_SEED (default 1, so a
+# run repeats itself on one machine). Prints each target's executions; a crash, a
 # leak or a failed check stops it with the input saved in build-fuzz/ and
 # exits non-zero.
 #
@@ -36,7 +37,7 @@ for t in "${targets[@]}"; do
 	# Leaks are failures too; UBSan stops at the first report.
 	if ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 		"build-fuzz/fuzz/fuzz_$t" -max_total_time="$seconds" -rss_limit_mb=2048 \
-		-artifact_prefix="build-fuzz/crash-$t-" -print_final_stats=1 \
+		-artifact_prefix="build-fuzz/crash-$t-" -print_final_stats=1 -seed="${FUZZ_SEED:-1}" \
 		"$work" "fuzz/corpus/$t" >"$log" 2>&1; then
 		runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
 		echo "fuzz_$t: ${runs:-?} executions in ${seconds} s, no failure"
