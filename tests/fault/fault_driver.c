@@ -440,6 +440,13 @@ int main(int argc, char **argv)
 	}
 	op = argv[1];
 	snprintf(work, sizeof work, "%s", argv[2]);
+	{
+		/* A fresh work folder: an earlier run's is removed first. */
+		char cmd[1100];
+		snprintf(cmd, sizeof cmd, "rm -rf '%s'", work);
+		if (system(cmd) != 0)
+			die("rm");
+	}
 	mkdir(work, 0777);
 	setup();
 	join(out, work, strcmp(op, "export-safetensors") == 0 ? "out.safetensors" : "out");
