@@ -152,28 +152,14 @@ static uint64_t sum_all(uint64_t mine)
 
 /* ------------------------------------------------------------------ files */
 
-static uint64_t file_bytes(const char *path)
-{
-	struct stat st;
-
-	if (stat(path, &st) != 0)
-		bench_fatal("stat %s: %s", path, strerror(errno));
-	return (uint64_t)st.st_size;
-}
-
-static void ckpt_path(char *out, size_t cap, const char *root, int64_t step)
-{
-	snprintf(out, cap, "%s/ckpt-%lld", root, (long long)step);
-}
-
 /* The checkpoint's index file. */
 static uint64_t index_bytes(const char *root, int64_t step)
 {
 	char p[4400];
 
-	ckpt_path(p, sizeof p, root, step);
+	bench_ckpt_path(p, sizeof p, root, step);
 	strncat(p, "/index", sizeof p - strlen(p) - 1);
-	return file_bytes(p);
+	return bench_file_bytes(p);
 }
 
 /*

@@ -177,20 +177,6 @@ static uint64_t data_bytes(const char *ckpt)
 	return sum;
 }
 
-static uint64_t file_bytes(const char *path)
-{
-	struct stat st;
-
-	if (stat(path, &st) != 0)
-		bench_fatal("stat %s: %s", path, strerror(errno));
-	return (uint64_t)st.st_size;
-}
-
-static void ckpt_path(char *out, size_t cap, const char *root, int64_t step)
-{
-	snprintf(out, cap, "%s/ckpt-%lld", root, (long long)step);
-}
-
 /*
  * Write bytes sequentially in 4 MiB blocks, then fsync (unless --no-fsync),
  * as bench_io does: O_DIRECT like dvar's writer, buffered (from then on)
@@ -273,7 +259,7 @@ static void case_raw_share(void)
 	raw_write(path, g.src + g.share_off, g.share_bytes);
 	t = lap();
 	record(T_RAW_SHARE, combine(t));
-	bytes = file_bytes(path);
+	bytes = bench_file_bytes(path);
 	MPI_Allreduce(&bytes, &sum, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
 	g.t[T_RAW_SHARE].bytes = sum;
 	unlink(path);
@@ -292,7 +278,7 @@ static void case_raw_one(void)
 	}
 	record(T_RAW_ONE, combine(t));
 	if (g.rank == 0) {
-		g.t[T_RAW_ONE].bytes = file_bytes(path);
+		g.t[T_RAW_ONE].bytes = bench_file_bytes(path);
 		unlink(path);
 	}
 }
@@ -325,7 +311,7 @@ static void case_one_writer(int64_t step, int verify_it)
 	}
 	record(T_ONE_WRITER, combine(t));
 	if (g.rank == 0) {
-		ckpt_path(ckpt, sizeof ckpt, g.shared_root, step);
+		bench_ckpt_path(ckpt, sizeof ckpt, g.shared_root, step);
 		g.t[T_ONE_WRITER].bytes = data_bytes(ckpt);
 		if (verify_it)
 			verify(ckpt);
@@ -351,7 +337,7 @@ static sample case_save(unsigned int flags, int64_t step, int verify_it, uint64_
 	start_timer();
 	bench_check(dvar_save(g.s, root, step, g.v, (size_t)g.vars, &so), "dvar_save");
 	t = combine(lap());
-	ckpt_path(ckpt, sizeof ckpt, root, step);
+	bench_ckpt_path(ckpt, sizeof ckpt, root, step);
 	if (mine) {
 		bytes = data_bytes(ckpt);
 		if (verify_it)
@@ -417,7 +403,7 @@ static void case_async(int64_t step, int verify_it)
 	record(T_MEMCPY, combine(lap()));
 
 	if (g.rank == 0) {
-		ckpt_path(ckpt, sizeof ckpt, g.shared_root, step);
+		bench_ckpt_path(ckpt, sizeof ckpt, g.shared_root, step);
 		g.t[T_WAIT].bytes = data_bytes(ckpt);
 		if (verify_it)
 			verify(ckpt);

@@ -463,3 +463,17 @@ uint64_t bench_mem_available(void)
 	fclose(f);
 	return (uint64_t)kb * 1024;
 }
+
+uint64_t bench_file_bytes(const char *path)
+{
+	struct stat st;
+
+	if (stat(path, &st) != 0)
+		bench_fatal("stat %s: %s", path, strerror(errno));
+	return (uint64_t)st.st_size;
+}
+
+void bench_ckpt_path(char *out, size_t cap, const char *root, int64_t step)
+{
+	snprintf(out, cap, "%s/ckpt-%lld", root, (long long)step);
+}

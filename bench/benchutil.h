@@ -182,6 +182,12 @@ uint64_t bench_space_needed(uint64_t copies, uint64_t bytes);
 /* MemAvailable of /proc/meminfo in bytes; 0 when unknown. */
 uint64_t bench_mem_available(void);
 
+/* The size of the file at path; bench_fatal when it cannot be had. */
+uint64_t bench_file_bytes(const char *path);
+
+/* root/ckpt-<step> into out (cap bytes): a checkpoint of a root. */
+void bench_ckpt_path(char *out, size_t cap, const char *root, int64_t step);
+
 /* ------------------------------------------------------------------ scratch folder */
 
 /* Remove path and all below it, errors ignored. */
