@@ -143,6 +143,20 @@ static int latest_missing(const char *root, const char *latest)
 	return rc;
 }
 
+/* 1 when p exists, 0 when it does not, -1 (error set) when this user cannot
+ * tell: a folder on the way that it may not search (EACCES), which must not
+ * pass for a missing checkpoint. */
+static int probe(const char *p)
+{
+	struct stat st;
+	if (stat(p, &st) == 0)
+		return 1;
+	if (errno == ENOENT || errno == ENOTDIR)
+		return 0;
+	dvar_error_set_errno(DVAR_EIO, errno, "look up '%s'", p);
+	return -1;
+}
+
 int dvar_resolve_checkpoint(const char *path, char **out)
 {
 	*out = NULL;
@@ -153,12 +167,16 @@ int dvar_resolve_checkpoint(const char *path, char **out)
 		rc = dvar_error_set(DVAR_ENOMEM, "out of memory");
 		goto done;
 	}
-	if (!dvar_fs_exists(path)) {
+	int found = probe(path), has_index = found > 0 ? probe(index) : 0;
+	int has_pointer = has_index == 0 && found > 0 ? probe(pointer) : 0;
+	if (found < 0 || has_index < 0 || has_pointer < 0) {
+		rc = DVAR_EIO;
+	} else if (!found) {
 		rc = dvar_error_set(DVAR_ENOTFOUND, "'%s' does not exist", path);
-	} else if (dvar_fs_exists(index)) {
+	} else if (has_index) {
 		if (!(*out = strdup(path)))
 			rc = dvar_error_set(DVAR_ENOMEM, "out of memory");
-	} else if (dvar_fs_exists(pointer)) {
+	} else if (has_pointer) {
 		dvar_checkpoint_state p;
 		if ((rc = dvar_pointer_read(&p, path)))
 			goto done;
