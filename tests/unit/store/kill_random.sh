@@ -5,8 +5,8 @@
 #
 #   kill_random.sh MPIEXEC PROGRAM DVAR_CLI WORKDIR TRIALS [SEED]
 #
-# Trial t runs operation t mod 3 (save, restore, collective) with seed
-# SEED + t: `mpirun -np 3 PROGRAM --run WORK OP SEED+t`, without
+# Trial t runs with seed S = SEED + t the operation S mod 3 (save, restore,
+# collective): `mpirun -np 3 PROGRAM --run WORK OP SEED+t`, without
 # --enable-recovery or timeout_ms, as a job normally runs. OpenMPI 4.1 ends
 # the job when a worker dies: its daemon sees the child exit, and mpirun has
 # every other worker sent SIGCONT and SIGTERM, then SIGKILL after
@@ -20,11 +20,13 @@
 # `PROGRAM --check WORK OP`, alone, decides the trial.
 #
 # SEED defaults to KILL_SEED from the environment, else a fresh one; it is
-# printed, and `kill_random.sh ... 1 N` repeats trial N's seed N.
-# Prints one line per trial and a summary: trials per operation, the kill
-# moments (how far into an iteration of the operation, as a fraction of the
-# iteration before it), mpirun's exit statuses, and the longest time from the kill to
-# mpirun's end.
+# printed, and `kill_random.sh ... 1 S` repeats the trial of seed S (the
+# same victim and moment, as a fraction of the timed iteration). Prints one
+# line per trial and a summary: trials per operation, the kill moments (how
+# far into an iteration of the operation, as a fraction of the iteration
+# before it), mpirun's exit statuses, the longest time from the kill to
+# mpirun's end and to every worker's process gone, what the survivors saw,
+# and how many saves were killed after their commit or left a leftover.
 set -u
 
 if [ $# -lt 5 ] || [ $# -gt 6 ]; then
@@ -47,10 +49,14 @@ declare -A per_op statuses
 failed=0
 max_end_ms=0
 max_gone_ms=0
+survivors_term=0
+survivors_returned=0
+after_commit=0
+with_leftover=0
 fractions=()
 for ((t = 0; t < trials; t++)); do
-	op=${ops[$((t % 3))]}
 	s=$((seed + t))
+	op=${ops[$((s % 3))]}
 	dir=$work/trial-$t
 	rm -rf "$dir"
 	mkdir -p "$dir" || exit 1
@@ -101,6 +107,15 @@ for ((t = 0; t < trials; t++)); do
 		"$program" --check "$dir" "$op" >"$dir/check.log" 2>&1 || why="the check failed"
 	fi
 	result=$(grep '^RESULT' "$dir/check.log" 2>/dev/null)
+	# What the two survivors saw: SIGTERM from mpirun, or a call returning.
+	term=$(grep -c 'SIGTERM during' "$dir/check.log" 2>/dev/null)
+	returned=$(grep -c "survivor's call returned" "$dir/check.log" 2>/dev/null)
+	survivors_term=$((survivors_term + ${term:-0}))
+	survivors_returned=$((survivors_returned + ${returned:-0}))
+	if [[ $result =~ committed=([0-9]+)\ latest=([0-9]+)\ leftovers=([0-9]+) ]]; then
+		((BASH_REMATCH[2] > BASH_REMATCH[1])) && after_commit=$((after_commit + 1))
+		((BASH_REMATCH[3] > 0)) && with_leftover=$((with_leftover + 1))
+	fi
 	if [ -z "$why" ] && [[ $result =~ latest=([0-9]+) ]]; then
 		latest=${BASH_REMATCH[1]}
 		if grep -q "^ckpt-$((latest + 1)) " "$dir/ls.txt"; then
@@ -135,6 +150,9 @@ if [ ${#fractions[@]} -gt 0 ]; then
 		      n1 = 0; for (i = 1; i <= NR; i++) if (v[i] < 0.5) n1++
 		      printf "%d of %d in its first half\n", n1, NR }'
 fi
+echo "  survivors that died of mpirun's SIGTERM: $survivors_term; whose call returned: $survivors_returned"
+echo "  saves killed after their commit (the latest is the new step): $after_commit;" \
+	"trials that left a leftover for the next save: $with_leftover"
 echo "  longest time from the kill to mpirun's end: ${max_end_ms} ms, to every worker gone: ${max_gone_ms} ms"
 echo "  failed: $failed of $trials"
 [ "$failed" -eq 0 ]
