@@ -116,10 +116,14 @@ for ((t = 0; t < trials; t++)); do
 		((BASH_REMATCH[2] > BASH_REMATCH[1])) && after_commit=$((after_commit + 1))
 		((BASH_REMATCH[3] > 0)) && with_leftover=$((with_leftover + 1))
 	fi
-	if [ -z "$why" ] && [[ $result =~ latest=([0-9]+) ]]; then
+	# `dvar ls` agrees: the latest marked, nothing past the last listed.
+	if [ -z "$why" ] && [[ $result =~ latest=([0-9]+).*listed=([0-9]+) ]]; then
 		latest=${BASH_REMATCH[1]}
-		if grep -q "^ckpt-$((latest + 1)) " "$dir/ls.txt"; then
-			why="dvar ls lists ckpt-$((latest + 1)), which was never committed"
+		listed=${BASH_REMATCH[2]}
+		if [ -n "$(awk -v n="ckpt-$((listed + 1))" '$2 == n' "$dir/ls.txt")" ]; then
+			why="dvar ls lists ckpt-$((listed + 1)), which was never committed"
+		elif [ -z "$(awk -v n="ckpt-$latest" '$2 == n && /latest/' "$dir/ls.txt")" ]; then
+			why="dvar ls does not mark ckpt-$latest the latest"
 		fi
 	fi
 	echo "trial $t seed $s $op: mpirun status $status, ended ${end_ms} ms after the kill," \
