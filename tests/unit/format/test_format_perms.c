@@ -267,6 +267,8 @@ static int in_child(int drop, void (*fn)(void *), void *arg)
 	assert_int_equal(waitpid(pid, &status, 0), pid);
 	if (!WIFEXITED(status))
 		fail_msg("the child died of signal %d", WTERMSIG(status));
+	if (why[0])
+		print_message("%s\n", why);
 	return WEXITSTATUS(status);
 }
 
@@ -275,7 +277,6 @@ static int in_child(int drop, void (*fn)(void *), void *arg)
 typedef struct {
 	char *dir;    /* the test's folder, 0755 so that nobody reaches it */
 	char *root;   /* dir/root: ckpt-1 and ckpt-2 */
-	char *listed; /* what the tree under dir held after the saves */
 } fixture;
 
 static char tree_buf[16384];
@@ -285,12 +286,15 @@ static int tree_entry(const char *path, const struct stat *st, int type, struct 
 {
 	(void)type;
 	(void)f;
-	tree_len += (size_t)snprintf(tree_buf + tree_len, sizeof tree_buf - tree_len, "%s %o %lld\n",
-	                             path, (unsigned)(st->st_mode & 07777), (long long)st->st_size);
+	tree_len += (size_t)snprintf(tree_buf + tree_len, sizeof tree_buf - tree_len,
+	                             "%s %o %lld %lld.%09ld\n", path, (unsigned)(st->st_mode & 07777),
+	                             (long long)st->st_size, (long long)st->st_mtim.tv_sec,
+	                             st->st_mtim.tv_nsec);
 	return tree_len >= sizeof tree_buf - 1;
 }
 
-/* Names, modes and sizes of everything under dir (malloc'ed). */
+/* Names, modes, sizes and times of change of everything under dir
+ * (malloc'ed). */
 static char *tree_of(const char *dir)
 {
 	tree_len = 0;
@@ -340,7 +344,6 @@ static int teardown(void **state)
 	tu_rmtree(fx->dir);
 	free(fx->dir);
 	free(fx->root);
-	free(fx->listed);
 	free(fx);
 	return 0;
 }
@@ -748,6 +751,14 @@ static void test_format_perms__cli(void **state)
 		const char *argv[] = { cli, "verify", fx->root, NULL };
 
 		assert_int_equal(run_cli(fx, argv, &out, &err), 0);
+		free(out);
+		free(err);
+	}
+	{
+		const char *argv[] = { cli, "inspect", fx->root, NULL };
+
+		assert_int_equal(run_cli(fx, argv, &out, &err), 0);
+		assert_non_null(strstr(out, "float32"));
 		free(out);
 		free(err);
 	}

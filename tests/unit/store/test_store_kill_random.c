@@ -292,7 +292,7 @@ static _Atomic int64_t last_iter_us; /* the previous iteration's time */
 typedef struct {
 	const char *work;
 	int worker, op;
-	int64_t delay_us, ref_us, loop_started_ns;
+	int64_t delay_us, ref_us;
 } killer;
 
 static void *killer_main(void *arg)
@@ -455,14 +455,11 @@ static char *read_text(const char *work, const char *name)
 	return buf;
 }
 
-static int bad_chunk_count;
-
 static void on_bad_chunk(void *userdata, const dvar_bad_chunk *b)
 {
 	(void)userdata;
 	fprintf(stderr, "FAIL: bad chunk of %s in %s at %" PRIu64 ": %s\n", b->var, b->file,
 	        b->offset, b->message);
-	bad_chunk_count++;
 }
 
 /* path (a root: its latest) is ckpt-<step>, verifies and holds the values
