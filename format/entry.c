@@ -530,7 +530,7 @@ int dvar_slice_entry_decode(dvar_slice_entry *out, const void *p, size_t n, cons
 		c->codec = *r.p++;
 		if ((rc = get_u32(&r, &c->crc)))
 			goto fail;
-		if (c->offset % DVAR_ALIGN || c->codec > DVAR_CODEC_LZ4 ||
+		if (c->offset % DVAR_PACK_ALIGN || c->codec > DVAR_CODEC_LZ4 ||
 		    (c->codec == DVAR_CODEC_RAW && c->stored != raw) ||
 		    (c->codec == DVAR_CODEC_LZ4 && (c->stored == 0 || c->stored >= raw))) {
 			rc = dvar_error_set(DVAR_ECORRUPT, "index entry %s: chunk %zu has an impossible "

@@ -20,7 +20,10 @@ DVAR_BEGIN_DECL
 #define DVAR_FORMAT_FULL 2        /* the version of a full checkpoint (2: variable attributes) */
 #define DVAR_MAX_CHAIN 1000       /* links below a delta: its base, ..., the full checkpoint */
 #define DVAR_MAGIC "DVAR"
-#define DVAR_ALIGN 4096u          /* every chunk starts at a multiple of this (dvar_page_alloc's page) */
+#define DVAR_ALIGN 4096u          /* chunks of large slices start at a multiple of this (a page);
+                                     so does every data file's size */
+#define DVAR_PACK_MAX (64u << 10) /* slices of fewer raw bytes are packed (FORMAT.md, "Data files") */
+#define DVAR_PACK_ALIGN 64u       /* a packed chunk starts at a multiple of this */
 #define DVAR_BLOCK_SIZE 65536u    /* checksum block of raw chunks */
 #define DVAR_MAX_NAME 1024
 #define DVAR_MAX_CHUNK (1u << 30)   /* lz4 sizes are ints */
@@ -38,7 +41,7 @@ enum { DVAR_CODEC_RAW = 0, DVAR_CODEC_LZ4 = 1, DVAR_CODEC_WHOLE = 2 };
 
 /* One chunk of a saved slice: raw bytes [i*chunk_size, ...) of the slice. */
 typedef struct {
-	uint64_t offset;      /* in its data file, DVAR_ALIGN-aligned */
+	uint64_t offset;      /* in its data file, DVAR_ALIGN- or DVAR_PACK_ALIGN-aligned */
 	uint64_t stored;      /* bytes in the file (= raw length when raw) */
 	uint32_t crc;         /* crc32c of the chunk's raw bytes */
 	uint8_t codec;        /* DVAR_CODEC_* */

@@ -86,6 +86,9 @@ done:
 
 static int finish(dvar_writer *w, dvar_bytes *entries)
 {
+	int rc = dvar_writer_flush_packed(w);
+	if (rc)
+		return rc;
 	if (!(w->opts.flags & DVAR_WRITE_NO_FSYNC) && fsync(w->fd) != 0) {
 		w->broken = 1;
 		return dvar_error_set_errno(DVAR_EIO, errno, "fsync '%s'", w->data_shown);
@@ -107,7 +110,7 @@ static int finish(dvar_writer *w, dvar_bytes *entries)
 	}
 	for (size_t i = 0; i < w->num_vars; i++)
 		vars[i] = &w->vars[i];
-	int rc = dvar_part_encode(entries, &p, vars);
+	rc = dvar_part_encode(entries, &p, vars);
 	free(vars);
 	if (rc)
 		w->broken = 1;

@@ -424,6 +424,47 @@ static uint64_t padded_len(uint64_t n)
 	return (n + DVAR_ALIGN - 1) / DVAR_ALIGN * DVAR_ALIGN;
 }
 
+/*
+ * Chunk i of se, len raw bytes at raw, as it is stored: lz4 into buf when
+ * that pays (buf NULL: raw always), raw otherwise. Fills the chunk's codec,
+ * stored size and checksums; returns where its stored bytes are.
+ */
+static const unsigned char *encode_chunk(dvar_writer *w, dvar_slice_entry *se, size_t i,
+                                         const unsigned char *raw, size_t len, unsigned char *buf)
+{
+	dvar_chunk *c = &se->chunks[i];
+	c->codec = DVAR_CODEC_RAW;
+	c->stored = len;
+	if (buf && (w->opts.compress == DVAR_COMPRESS_LZ4 ||
+	            (w->opts.compress == DVAR_COMPRESS_AUTO && lz4_pays(w, raw, len, buf)))) {
+		/* A capacity of 90% makes lz4 give up when it would save less than 10%. */
+		int n = LZ4_compress_fast((const char *)raw, (char *)buf, (int)len, (int)(len - len / 10),
+		                          LZ4_ACCELERATION);
+		if (n > 0) {
+			c->codec = DVAR_CODEC_LZ4;
+			c->stored = (uint64_t)n;
+			c->crc = dvar_crc32c(raw, len);
+			return buf;
+		}
+	}
+	uint32_t *blocks = se->block_crcs + c->first_block;
+	uint32_t crc = 0;
+	for (uint32_t b = 0; b < dvar_chunk_num_blocks(se, i); b++) {
+		size_t off = (size_t)b * DVAR_BLOCK_SIZE;
+		size_t blen = len - off < DVAR_BLOCK_SIZE ? len - off : DVAR_BLOCK_SIZE;
+		blocks[b] = dvar_crc32c(raw + off, blen);
+		crc = b ? dvar_crc32c_combine(crc, blocks[b], blen) : blocks[b];
+	}
+	c->crc = crc;
+	return raw;
+}
+
+/* The raw bytes of chunk first+k of a batch. */
+static const unsigned char *chunk_raw(const add_ctx *ctx, size_t k)
+{
+	return ctx->stage ? ctx->stage[k] : ctx->data + (size_t)(ctx->first + k) * ctx->se->chunk_size;
+}
+
 static int write_chunk(void *vctx, size_t k)
 {
 	add_ctx *ctx = vctx;
@@ -432,7 +473,7 @@ static int write_chunk(void *vctx, size_t k)
 	size_t i = ctx->first + k;
 	dvar_chunk *c = &se->chunks[i];
 	size_t len = (size_t)dvar_chunk_raw_len(se, i);
-	const unsigned char *raw = ctx->stage ? ctx->stage[k] : ctx->data + (size_t)i * se->chunk_size;
+	const unsigned char *raw = chunk_raw(ctx, k);
 	/* Aligned memory padded to the alignment goes to the disk as it is;
 	 * anything else is staged so that O_DIRECT sees aligned buffers. */
 	int in_place = (uintptr_t)raw % DVAR_ALIGN == 0 && (len % DVAR_ALIGN == 0 || ctx->stage);
@@ -440,37 +481,11 @@ static int write_chunk(void *vctx, size_t k)
 	int rc;
 	if ((w->opts.compress != DVAR_COMPRESS_NONE || !in_place) && !(buf = buffer_get(w)))
 		return DVAR_ENOMEM;
-
-	c->codec = DVAR_CODEC_RAW;
-	c->stored = len;
-	if (w->opts.compress == DVAR_COMPRESS_LZ4 ||
-	    (w->opts.compress == DVAR_COMPRESS_AUTO && lz4_pays(w, raw, len, buf))) {
-		/* A capacity of 90% makes lz4 give up when it would save less than 10%. */
-		int n = LZ4_compress_fast((const char *)raw, (char *)buf, (int)len, (int)(len - len / 10),
-		                          LZ4_ACCELERATION);
-		if (n > 0) {
-			c->codec = DVAR_CODEC_LZ4;
-			c->stored = (uint64_t)n;
-		}
-	}
-
-	const unsigned char *out = buf;
-	if (c->codec == DVAR_CODEC_RAW) {
-		uint32_t *blocks = se->block_crcs + c->first_block;
-		uint32_t crc = 0;
-		for (uint32_t b = 0; b < dvar_chunk_num_blocks(se, i); b++) {
-			size_t off = (size_t)b * DVAR_BLOCK_SIZE;
-			size_t blen = len - off < DVAR_BLOCK_SIZE ? len - off : DVAR_BLOCK_SIZE;
-			blocks[b] = dvar_crc32c(raw + off, blen);
-			crc = b ? dvar_crc32c_combine(crc, blocks[b], blen) : blocks[b];
-		}
-		c->crc = crc;
-		if (in_place)
-			out = raw;
-		else
-			memcpy(buf, raw, len);
-	} else {
-		c->crc = dvar_crc32c(raw, len);
+	const unsigned char *out = encode_chunk(w, se, i, raw, len,
+	                                        w->opts.compress != DVAR_COMPRESS_NONE ? buf : NULL);
+	if (out == raw && !in_place) {
+		memcpy(buf, raw, len);
+		out = buf;
 	}
 	size_t padded = (size_t)padded_len(c->stored);
 	if (out == buf)
@@ -488,17 +503,103 @@ static int write_chunk(void *vctx, size_t k)
 	return rc;
 }
 
+/* ---------------------------------------------------------------- packing */
+
+/* The block small slices are packed into: big enough for O_DIRECT's pace. */
+#define PACK_BLOCK (1u << 20)
+
+static uint64_t pack_len(uint64_t n)
+{
+	return (n + DVAR_PACK_ALIGN - 1) / DVAR_PACK_ALIGN * DVAR_PACK_ALIGN;
+}
+
+/* Whether se's chunks are packed: a slice too small to be worth a page of its own. */
+static int packed(const dvar_writer *w, const dvar_slice_entry *se)
+{
+	return se->raw_bytes < DVAR_PACK_MAX && !(w->opts.flags & DVAR_WRITE_PAGE_ALIGN);
+}
+
+int dvar_writer_flush_packed(dvar_writer *w)
+{
+	if (!w->pack_fill)
+		return DVAR_OK;
+	size_t padded = (size_t)padded_len(w->pack_fill);
+	uint64_t at = atomic_fetch_add(&w->next_offset, padded);
+	memset(w->pack + w->pack_fill, 0, padded - w->pack_fill);
+	int rc = write_padded(w, w->pack, padded, at);
+	if (rc) {
+		w->broken = 1;
+		return rc;
+	}
+	for (size_t k = 0; k < w->pack_n; k++)
+		w->pack_chunks[k]->offset += at;
+	w->pack_fill = 0;
+	w->pack_n = 0;
+	DVAR_FAULT_POINT("chunk-written");
+	return DVAR_OK;
+}
+
+/*
+ * Chunks first .. first+n-1 of a small slice, one after the other on this
+ * thread, into the pack block. A slice never straddles two blocks, so that
+ * a raw one is one contiguous run (dvar_reader_map).
+ */
+static int pack_chunks(const add_ctx *ctx, size_t n)
+{
+	dvar_writer *w = ctx->w;
+	dvar_slice_entry *se = ctx->se;
+	int rc;
+	if (!w->pack && !(w->pack = dvar_page_alloc(PACK_BLOCK, 0)))
+		return dvar_error_set(DVAR_ENOMEM, "out of memory (%u bytes of packing buffer)", PACK_BLOCK);
+	if (w->pack_cap < w->pack_n + n) {
+		size_t cap = (w->pack_n + n) * 2;
+		dvar_chunk **p = realloc(w->pack_chunks, cap * sizeof(*p));
+		if (!p)
+			return dvar_error_set(DVAR_ENOMEM, "out of memory");
+		w->pack_chunks = p;
+		w->pack_cap = cap;
+	}
+	/* The rest of the slice must fit after what the block holds. */
+	uint64_t need = 0;
+	for (size_t i = ctx->first; i < se->num_chunks; i++)
+		need += pack_len(dvar_chunk_raw_len(se, i));
+	if (w->pack_fill + need > PACK_BLOCK && (rc = dvar_writer_flush_packed(w)))
+		return rc;
+	unsigned char *buf = NULL;
+	if (w->opts.compress != DVAR_COMPRESS_NONE && !(buf = buffer_get(w)))
+		return DVAR_ENOMEM;
+	for (size_t k = 0; k < n; k++) {
+		size_t i = ctx->first + k;
+		size_t len = (size_t)dvar_chunk_raw_len(se, i);
+		const unsigned char *out = encode_chunk(w, se, i, chunk_raw(ctx, k), len, buf);
+		dvar_chunk *c = &se->chunks[i];
+		memcpy(w->pack + w->pack_fill, out, (size_t)c->stored);
+		memset(w->pack + w->pack_fill + c->stored, 0, (size_t)(pack_len(c->stored) - c->stored));
+		c->offset = w->pack_fill;
+		w->pack_chunks[w->pack_n++] = c;
+		w->pack_fill += (size_t)pack_len(c->stored);
+		atomic_fetch_add(&w->bytes_done, len);
+	}
+	if (buf)
+		dvar_stash_push(w->buffers, buf, free);
+	report_progress(w);
+	return DVAR_OK;
+}
+
 /*
  * Write chunks first .. first+n-1 of se in parallel. Raw-only writes know
  * every chunk's stored size in advance, so their offsets are given here in
  * chunk order: a raw slice is then one contiguous run of its data file
  * (dvar_reader_map), and the file's bytes do not depend on the threads.
- * Compressed chunks take their offsets as they finish.
+ * Compressed chunks take their offsets as they finish. Small slices are
+ * packed instead.
  */
 static int write_chunks(dvar_writer *w, dvar_slice_entry *se, size_t first, size_t n,
                         const unsigned char *data, unsigned char *const *stage)
 {
 	add_ctx ctx = { w, se, first, data, stage, w->opts.compress == DVAR_COMPRESS_NONE };
+	if (packed(w, se))
+		return n ? pack_chunks(&ctx, n) : DVAR_OK;
 	if (ctx.preassigned)
 		for (size_t i = first; i < first + n; i++)
 			se->chunks[i].offset =
@@ -1013,7 +1114,7 @@ int dvar_writer_set_attr(dvar_writer *w, const char *name, const char *key, cons
 
 uint64_t dvar_writer_data_bytes(const dvar_writer *w)
 {
-	return w ? atomic_load(&w->next_offset) : 0;
+	return w ? atomic_load(&w->next_offset) + padded_len(w->pack_fill) : 0;
 }
 
 void dvar_writer_free(dvar_writer *w)
@@ -1045,6 +1146,8 @@ void dvar_writer_free(dvar_writer *w)
 	for (size_t k = 0; w->stage && k < w->stage_cap; k++)
 		free(w->stage[k]);
 	free(w->stage);
+	free(w->pack);
+	free(w->pack_chunks);
 	dvar_stash_free(w->buffers, free);
 	free(w->vars);
 	free(w->table);

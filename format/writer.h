@@ -62,7 +62,19 @@ struct dvar_writer {
 	uint64_t stage_pos;     /* bytes in stage[stage_fill] */
 	unsigned char **stage;  /* stage_cap staging buffers of chunk_size bytes, aligned */
 	size_t stage_cap;
+
+	/* Chunks of small slices, back to back in one aligned block that is
+	 * written when full or when the part ends; their offsets are relative
+	 * to the block until then. */
+	unsigned char *pack;
+	size_t pack_fill;
+	dvar_chunk **pack_chunks;
+	size_t pack_n, pack_cap;
 };
+
+/* Write the block of packed chunks, giving them their offsets: before a
+ * part's entries are encoded. */
+int dvar_writer_flush_packed(dvar_writer *w);
 
 /* DVAR_EINVAL unless slices may be added: not finished, broken or streaming. */
 int dvar_writer_check_usable(const dvar_writer *w);

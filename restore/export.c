@@ -373,6 +373,7 @@ static int export_dvar(exporter *e)
 
 	wo.chunk_size = e->o->chunk_size;
 	wo.compress = DVAR_COMPRESS_NONE;
+	wo.flags = DVAR_WRITE_PAGE_ALIGN;
 	wo.threads = dvar_op_threads(e->o->threads);
 	if ((rc = dvar_writer_open(&w, e->out, &wo)) != DVAR_OK)
 		return rc;

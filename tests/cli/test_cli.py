@@ -1625,7 +1625,7 @@ class ReshardTest(CliCase, HelperMixin):
         self.assertTrue(err.startswith("dvar reshard: "), err)
         self.assertIn("missing", err)
         data = self.data_files(src)[0]
-        flip_byte(data, 4096 + 5)  # shard 1's chunk
+        flip_byte(data, 64 + 5)  # shard 1's chunk, packed after shard 0's
         _, err = self.dvar("reshard", src, out, "--shards", "3", code=3)
         self.assertTrue(err.startswith("dvar reshard: "), err)
         self.assertIn("variable 'a'", err)
@@ -1946,7 +1946,7 @@ class ExportTest(CliCase, HelperMixin):
                 self.assertEqual(f.read(), "x")
             os.unlink(out)
         # A corrupt IN: nothing at OUT, no temporary file.
-        flip_byte(self.data_files(src)[0], 4096 + 7)
+        flip_byte(self.data_files(src)[0], 64 + 7)  # shard 1's packed chunk
         for fmt in ("dvar", "safetensors"):
             _, err = self.dvar("export", src, out, "--single-shard", "--format", fmt, code=3)
             self.assertTrue(err.startswith("dvar export: "), err)

@@ -629,7 +629,7 @@ class TfWriteTest(CliCase, HelperMixin):
 
     def test_failed_export_leaves_nothing(self):
         src, _ = self.errors_source()
-        flip_byte(self.data_files(src)[0], 4096 + 7)
+        flip_byte(self.data_files(src)[0], 64 + 7)  # shard 1's packed chunk
         for opt in ("--single-shard", "--keep-shards"):
             out = self.path("new", "dirs", "model")
             _, err = self.export(src, out, opt, code=3)

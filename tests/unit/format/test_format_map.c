@@ -30,7 +30,8 @@ static void write_fixture(fixture *f)
 	o.chunk_size = 4096;
 	o.compress = DVAR_COMPRESS_NONE;
 	o.threads = 4;
-	o.flags = DVAR_WRITE_NO_FSYNC;
+	/* Page-aligned as an export is: the offsets below count whole pages. */
+	o.flags = DVAR_WRITE_NO_FSYNC | DVAR_WRITE_PAGE_ALIGN;
 	dvar_writer *w;
 	dvar_shape ws, ss, es, cs;
 	dvar_shape_init(&ws, 2, (int64_t[]){ ROWS, COLS });
