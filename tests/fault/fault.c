@@ -6,10 +6,16 @@
  * ftruncate and close, and makes call number `at` fail: with EIO, ENOSPC or
  * EDQUOT, as a short write (the write family: half the bytes, then the
  * next call fails with ENOSPC, as a full disk does), or by ending the
- * process right there (_exit, as a crash). Test-only: never linked into
- * libdvar.
+ * process right there (_exit, as a crash). With a scope
+ * (dvar_fault_scope), only calls on paths under it, and on descriptors
+ * opened there, are counted and failed: a program's other files (OpenMPI's
+ * shared memory, its pipes) are never touched, and the count does not
+ * depend on them. Every counted call is logged (dvar_fault_log), for the
+ * driver to tell a save's phases apart and to say what it failed.
+ * Test-only: never linked into libdvar.
  */
 #include <dlfcn.h>
+#include <limits.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -30,15 +36,45 @@ static atomic_int hit;   /* the fault happened */
 static atomic_int disk_full; /* after a short write: later writes fail */
 static char hit_what[64];
 
-/* Arm (at >= 1: fail that call; 0: count), or disarm (on = 0). */
+#define MAX_FDS 4096
+#define MAX_LOG 8192
+#define LOG_BYTES 200
+static char scope[PATH_MAX];    /* "": every call counts */
+static size_t scope_len;
+static atomic_char fd_in[MAX_FDS];       /* opened while armed, in scope */
+#define FD_PATH_BYTES 512
+static char fd_path[MAX_FDS][FD_PATH_BYTES]; /* its path (cut short: for the log) */
+static char call_log[MAX_LOG][LOG_BYTES]; /* "what path" of counted call n at n - 1 */
+
+/* Count only calls on paths under prefix (absolute; NULL: every call). */
+void dvar_fault_scope(const char *prefix)
+{
+	snprintf(scope, sizeof scope, "%s", prefix ? prefix : "");
+	scope_len = strlen(scope);
+	while (scope_len > 1 && scope[scope_len - 1] == '/')
+		scope[--scope_len] = '\0';
+}
+
+/* What counted call n (1-based) was, "what path"; NULL past the log. */
+const char *dvar_fault_log(long n)
+{
+	return n >= 1 && n <= atomic_load(&calls) && n <= MAX_LOG ? call_log[n - 1] : NULL;
+}
+
+/* Arm (at >= 1: fail that call; 0 or -1: count), or disarm (on = 0). */
 void dvar_fault_arm(int on, long at, int fault_kind)
 {
+	if (!on) {
+		/* The count, the hit and the log stay, to be read. */
+		atomic_store(&armed, 0);
+		return;
+	}
 	atomic_store(&calls, 0);
 	atomic_store(&hit, 0);
 	atomic_store(&disk_full, 0);
 	fail_at = at;
 	kind = fault_kind;
-	atomic_store(&armed, on);
+	atomic_store(&armed, 1);
 }
 
 long dvar_fault_calls(void)
@@ -54,8 +90,66 @@ int dvar_fault_hit(const char **what)
 	return atomic_load(&hit);
 }
 
+/* path made absolute (relative to dirfd's, or the working directory's)
+ * into buf; "" when it cannot be told. */
+static const char *absolute(int dirfd, const char *path, char *buf, size_t cap)
+{
+	char cwd[PATH_MAX];
+	const char *dir = cwd;
+
+	if (!path)
+		return "";
+	if (path[0] == '/')
+		return path;
+	if (dirfd == AT_FDCWD) {
+		if (!getcwd(cwd, sizeof cwd))
+			return "";
+	} else if (dirfd >= 0 && dirfd < MAX_FDS && atomic_load(&fd_in[dirfd])) {
+		dir = fd_path[dirfd];
+	} else {
+		return "";
+	}
+	if ((size_t)snprintf(buf, cap, "%s/%s", dir, path) >= cap)
+		return "";
+	return buf;
+}
+
+static int under_scope(const char *abs)
+{
+	return scope_len == 0 ||
+	       (strncmp(abs, scope, scope_len) == 0 && (abs[scope_len] == '/' || abs[scope_len] == '\0'));
+}
+
+/* A call on a path: counted (1) when armed and in scope; *abs gets the path. */
+static int path_counts(int dirfd, const char *path, char *buf, size_t cap, const char **abs)
+{
+	*abs = "";
+	if (!atomic_load(&armed))
+		return 0;
+	*abs = absolute(dirfd, path, buf, cap);
+	return under_scope(*abs);
+}
+
+/* A call on a descriptor: counted when it was opened in scope while armed
+ * (without a scope, every call is). */
+static int fd_counts(int fd, const char **path)
+{
+	int in = fd >= 0 && fd < MAX_FDS && atomic_load(&fd_in[fd]);
+	*path = in ? fd_path[fd] : "";
+	return atomic_load(&armed) && (in || scope_len == 0);
+}
+
+/* After an open that counted: its descriptor is in scope. */
+static void opened(int fd, const char *abs)
+{
+	if (fd < 0 || fd >= MAX_FDS)
+		return;
+	snprintf(fd_path[fd], FD_PATH_BYTES, "%.*s", FD_PATH_BYTES - 1, abs);
+	atomic_store(&fd_in[fd], 1);
+}
+
 /* What this call should do: 0 go on; -1 fail with errno set; 1 a short write. */
-static int decide(const char *what, int writes)
+static int decide(const char *what, const char *path, int writes)
 {
 	long n;
 	if (!atomic_load(&armed))
@@ -65,6 +159,8 @@ static int decide(const char *what, int writes)
 		return -1;
 	}
 	n = atomic_fetch_add(&calls, 1) + 1;
+	if (n <= MAX_LOG)
+		snprintf(call_log[n - 1], LOG_BYTES, "%s %.*s", what, LOG_BYTES - 16, path);
 	if (fail_at == 0 || n != fail_at)
 		return 0;
 	atomic_store(&hit, 1);
@@ -90,84 +186,76 @@ static int decide(const char *what, int writes)
 	if (!real) \
 		real = (ret (*)(__VA_ARGS__))dlsym(RTLD_NEXT, name)
 
+/* The open family: counted when its path is in scope. */
+#define OPEN_BODY(name, dirfd, ...) \
+	mode_t mode = 0; \
+	char buf[PATH_MAX]; \
+	const char *abs; \
+	int fd; \
+	if (flags & (O_CREAT | O_TMPFILE)) { \
+		va_list ap; \
+		va_start(ap, flags); \
+		mode = va_arg(ap, mode_t); \
+		va_end(ap); \
+	} \
+	if (!path_counts(dirfd, path, buf, sizeof buf, &abs)) \
+		return real(__VA_ARGS__, mode); \
+	if (decide(name, abs, 0)) \
+		return -1; \
+	fd = real(__VA_ARGS__, mode); \
+	opened(fd, abs); \
+	return fd
+
 int open(const char *path, int flags, ...)
 {
 	REAL("open", int, const char *, int, ...);
-	mode_t mode = 0;
-	if (flags & (O_CREAT | O_TMPFILE)) {
-		va_list ap;
-		va_start(ap, flags);
-		mode = va_arg(ap, mode_t);
-		va_end(ap);
-	}
-	if (decide("open", 0))
-		return -1;
-	return real(path, flags, mode);
+	OPEN_BODY("open", AT_FDCWD, path, flags);
 }
 
 int open64(const char *path, int flags, ...)
 {
 	REAL("open64", int, const char *, int, ...);
-	mode_t mode = 0;
-	if (flags & (O_CREAT | O_TMPFILE)) {
-		va_list ap;
-		va_start(ap, flags);
-		mode = va_arg(ap, mode_t);
-		va_end(ap);
-	}
-	if (decide("open", 0))
-		return -1;
-	return real(path, flags, mode);
+	OPEN_BODY("open", AT_FDCWD, path, flags);
 }
 
 int openat(int dirfd, const char *path, int flags, ...)
 {
 	REAL("openat", int, int, const char *, int, ...);
-	mode_t mode = 0;
-	if (flags & (O_CREAT | O_TMPFILE)) {
-		va_list ap;
-		va_start(ap, flags);
-		mode = va_arg(ap, mode_t);
-		va_end(ap);
-	}
-	if (decide("openat", 0))
-		return -1;
-	return real(dirfd, path, flags, mode);
+	OPEN_BODY("openat", dirfd, dirfd, path, flags);
 }
+
+/* A call on a descriptor: fails when counted and chosen. */
+#define FD_CALL(name, writes) \
+	const char *where; \
+	int d = fd_counts(fd, &where) ? decide(name, where, writes) : 0; \
+	if (d < 0) \
+		return -1
 
 ssize_t write(int fd, const void *buf, size_t n)
 {
 	REAL("write", ssize_t, int, const void *, size_t);
-	int d = decide("write", 1);
-	if (d < 0)
-		return -1;
+	FD_CALL("write", 1);
 	return real(fd, buf, d ? n / 2 : n);
 }
 
 ssize_t pwrite(int fd, const void *buf, size_t n, off_t off)
 {
 	REAL("pwrite", ssize_t, int, const void *, size_t, off_t);
-	int d = decide("pwrite", 1);
-	if (d < 0)
-		return -1;
+	FD_CALL("pwrite", 1);
 	return real(fd, buf, d ? n / 2 : n, off);
 }
 
 ssize_t pwrite64(int fd, const void *buf, size_t n, off_t off)
 {
 	REAL("pwrite64", ssize_t, int, const void *, size_t, off_t);
-	int d = decide("pwrite", 1);
-	if (d < 0)
-		return -1;
+	FD_CALL("pwrite", 1);
 	return real(fd, buf, d ? n / 2 : n, off);
 }
 
 ssize_t pwritev(int fd, const struct iovec *iov, int cnt, off_t off)
 {
 	REAL("pwritev", ssize_t, int, const struct iovec *, int, off_t);
-	int d = decide("pwritev", 1);
-	if (d < 0)
-		return -1;
+	FD_CALL("pwritev", 1);
 	if (d && cnt > 0) {
 		struct iovec half = { iov[0].iov_base, iov[0].iov_len / 2 };
 		return real(fd, &half, 1, off);
@@ -178,88 +266,93 @@ ssize_t pwritev(int fd, const struct iovec *iov, int cnt, off_t off)
 int fsync(int fd)
 {
 	REAL("fsync", int, int);
-	if (decide("fsync", 0))
-		return -1;
+	FD_CALL("fsync", 0);
 	return real(fd);
 }
 
 int fdatasync(int fd)
 {
 	REAL("fdatasync", int, int);
-	if (decide("fdatasync", 0))
-		return -1;
+	FD_CALL("fdatasync", 0);
 	return real(fd);
 }
+
+int ftruncate(int fd, off_t len)
+{
+	REAL("ftruncate", int, int, off_t);
+	FD_CALL("ftruncate", 0);
+	return real(fd, len);
+}
+
+/* A call on one or two paths: fails when counted and chosen. */
+#define PATH_CALL(name, da, a, db, b) \
+	char buf_a[PATH_MAX], buf_b[PATH_MAX]; \
+	const char *abs_a, *abs_b = ""; \
+	int counts = path_counts(da, a, buf_a, sizeof buf_a, &abs_a); \
+	if (b) \
+		counts |= path_counts(db, b, buf_b, sizeof buf_b, &abs_b); \
+	if (counts && decide(name, abs_a[0] ? abs_a : abs_b, 0)) \
+		return -1
 
 int rename(const char *a, const char *b)
 {
 	REAL("rename", int, const char *, const char *);
-	if (decide("rename", 0))
-		return -1;
+	PATH_CALL("rename", AT_FDCWD, a, AT_FDCWD, b);
 	return real(a, b);
 }
 
 int renameat(int da, const char *a, int db, const char *b)
 {
 	REAL("renameat", int, int, const char *, int, const char *);
-	if (decide("renameat", 0))
-		return -1;
+	PATH_CALL("renameat", da, a, db, b);
 	return real(da, a, db, b);
 }
 
 int renameat2(int da, const char *a, int db, const char *b, unsigned int flags)
 {
 	REAL("renameat2", int, int, const char *, int, const char *, unsigned int);
-	if (decide("renameat2", 0))
-		return -1;
+	PATH_CALL("renameat2", da, a, db, b);
 	return real(da, a, db, b, flags);
 }
 
 int mkdir(const char *path, mode_t mode)
 {
 	REAL("mkdir", int, const char *, mode_t);
-	if (decide("mkdir", 0))
-		return -1;
+	PATH_CALL("mkdir", AT_FDCWD, path, AT_FDCWD, (const char *)NULL);
 	return real(path, mode);
 }
 
 int unlink(const char *path)
 {
 	REAL("unlink", int, const char *);
-	if (decide("unlink", 0))
-		return -1;
+	PATH_CALL("unlink", AT_FDCWD, path, AT_FDCWD, (const char *)NULL);
 	return real(path);
 }
 
 int unlinkat(int dirfd, const char *path, int flags)
 {
 	REAL("unlinkat", int, int, const char *, int);
-	if (decide("unlinkat", 0))
-		return -1;
+	PATH_CALL("unlinkat", dirfd, path, AT_FDCWD, (const char *)NULL);
 	return real(dirfd, path, flags);
 }
 
 int rmdir(const char *path)
 {
 	REAL("rmdir", int, const char *);
-	if (decide("rmdir", 0))
-		return -1;
+	PATH_CALL("rmdir", AT_FDCWD, path, AT_FDCWD, (const char *)NULL);
 	return real(path);
-}
-
-int ftruncate(int fd, off_t len)
-{
-	REAL("ftruncate", int, int, off_t);
-	if (decide("ftruncate", 0))
-		return -1;
-	return real(fd, len);
 }
 
 int close(int fd)
 {
 	REAL("close", int, int);
+	const char *where;
+	int counts = fd_counts(fd, &where);
+	/* Out of scope before the number can be reused. */
+	int d = counts ? decide("close", where, 0) : 0, e = errno;
+	if (fd >= 0 && fd < MAX_FDS)
+		atomic_store(&fd_in[fd], 0);
 	/* A failed close still closes the descriptor, as Linux's does. */
-	int d = decide("close", 0), e = errno;
 	int rc = real(fd);
 	if (d) {
 		errno = e;

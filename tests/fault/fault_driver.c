@@ -3,24 +3,46 @@
  * one at a time. Run with the shim preloaded (LD_PRELOAD=libdvar_fault.so,
  * tests/fault/fault.c):
  *
- *   fault_driver OP WORK [--sample N] [--seed S]
+ *   fault_driver OP WORK [--sample N] [--seed S] [--mpiexec MPIRUN]
  *
- * OP is save (a manager save that retention follows), delta (a delta save
- * over the root's latest), import, reshard, export-dvar, export-safetensors,
- * export-tf or export-npy. The driver counts the file-system calls the
- * operation makes (in a child process, the shim counting), then repeats it
- * in a child for every call k and every fault kind (EIO, ENOSPC, EDQUOT, a
- * short write, a crash), or for N of those pairs drawn at random with
- * --sample. After each it checks, in the parent: the operation failed (or,
- * when the fault came after its commit point, succeeded) and its message
- * names the output; what it wrote is absent or whole (a root's latest
- * checkpoint, and every one it lists, opens and verifies and holds the
- * values; an offline output reads back the source's digests); and the same
- * operation, run again unarmed, succeeds and leaves no temporary file of
- * the dead child behind. Prints the calls, trials and failures per kind.
+ * OP is save (a save with retention), delta (a delta save over the root's
+ * latest), async (dvar_save_async, then dvar_save_wait), import, reshard,
+ * export-dvar, export-safetensors, export-tf or export-npy; or a save of
+ * two workers (W = 2, under MPIRUN -np 2) with the fault in one of them:
+ * w2-rank1 (worker 1, every call), w2-rank0 (the chief, its calls before
+ * the commit: writing its part), w2-commit (the chief's commit: index,
+ * rename, pointer file, retention), w2-async-rank1 and w2-async-rank0 (an
+ * asynchronous save, the fault in worker 1, or in any call of the chief).
+ * The driver counts the file-system calls the operation makes (in a child
+ * process, the shim counting), then repeats it in a child for every call k
+ * and every fault kind (EIO, ENOSPC, EDQUOT, a short write, a crash), or for
+ * N of those pairs drawn at random with --sample. After each it checks, in
+ * the parent: the operation failed (or, when the fault came after its
+ * commit point, succeeded) and its message names the output; what it wrote
+ * is absent or whole (a root's latest checkpoint is the one before or, past
+ * the commit point, the new one, holding its values; every one the root
+ * lists opens and the latest verifies; an offline output reads back the
+ * source's digests); and the same operation, run again unarmed, succeeds
+ * and leaves no temporary file of the dead child behind. Prints the calls,
+ * trials and failures per kind.
+ *
+ * With two workers the shim counts only calls under WORK/root (OpenMPI's
+ * own files are left alone), and the trials run in one job
+ * (`fault_driver OP WORK --job FIRST` on every worker, trials FIRST.. of
+ * WORK/trials), each checked by the chief in the job: both workers return
+ * (none hangs), both fail when one does, with the same message naming the
+ * worker, the operation and a path; then the root as above; then the same
+ * job saves the next step, which must commit and leave no temporary file.
+ * A crash ends the job (OpenMPI aborts the other worker): the job must end
+ * within a bound, then this process checks the root, a fresh job saves the
+ * next step (sweeping what the dead one left) and the trials go on in
+ * another job.
  */
 #include <dirent.h>
 #include <dlfcn.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,14 +56,26 @@
 static void (*dvar_fault_arm)(int on, long at, int kind);
 static long (*dvar_fault_calls)(void);
 static int (*dvar_fault_hit)(const char **what);
+static void (*dvar_fault_scope)(const char *prefix);
+static const char *(*dvar_fault_log)(long n);
 
 enum { FAULT_EIO, FAULT_ENOSPC, FAULT_EDQUOT, FAULT_SHORT, FAULT_CRASH, NKINDS };
 static const char *const kind_names[NKINDS] = { "EIO", "ENOSPC", "EDQUOT", "short write", "crash" };
 
 #define ROWS 512
 #define COLS 32
+#define MAX_VARS 2
+#define CHANGED_ROW 5
 
 static const char *op;
+/* The operation's shape, from its name (parse_op). */
+static int workers = 1;  /* 2: run under mpirun -np 2 */
+static int async_save;   /* dvar_save_async, then dvar_save_wait */
+static int target;       /* the worker whose calls fail */
+enum { CALLS_ALL, CALLS_WRITING, CALLS_COMMIT };
+static int phase = CALLS_ALL; /* which of the target's calls */
+static int nvars = 1;    /* two workers save two variables: one each */
+static const char *mpiexec = "mpirun";
 /* Paths stay short (a temporary directory's): messages quote them whole. */
 static char work[1024], src[1100], root[1100], out[1100], npy1[1100], npy2[1100];
 static int64_t next_step = 3;
@@ -57,51 +91,97 @@ static void join(char *dst, const char *a, const char *b)
 	snprintf(dst, 1100, "%s/%s", a, b);
 }
 
-/* The values every checkpoint of this driver holds at step s. */
-static void values(float *v, int64_t s)
+static const char *const var_names[MAX_VARS] = { "w", "u" };
+
+/* The values every checkpoint of this driver holds at step s in variable k. */
+static void values(float *v, int64_t s, int k)
 {
 	for (int i = 0; i < ROWS * COLS; i++)
-		v[i] = (float)(s * 1000 + i % 997);
+		v[i] = (float)(s * 1000 + i % 997 + k * 500000);
 }
 
 static int is_save(void)
 {
-	return strcmp(op, "save") == 0 || strcmp(op, "delta") == 0;
+	return strcmp(op, "save") == 0 || strcmp(op, "delta") == 0 || strcmp(op, "async") == 0 ||
+	       workers > 1;
 }
 
-/* A strategy (one worker) with the variable "w" holding step s's values. */
+/* The operation's shape from its name; 0 for an unknown one. */
+static int parse_op(void)
+{
+	static const char *const known[] = { "save", "delta", "async", "import", "reshard",
+		                             "export-dvar", "export-safetensors", "export-tf",
+		                             "export-npy" };
+	static const struct {
+		const char *name;
+		int async, target, phase;
+	} two[] = { { "w2-rank1", 0, 1, CALLS_ALL },         { "w2-rank0", 0, 0, CALLS_WRITING },
+		    { "w2-commit", 0, 0, CALLS_COMMIT },     { "w2-async-rank1", 1, 1, CALLS_ALL },
+		    { "w2-async-rank0", 1, 0, CALLS_ALL } };
+
+	async_save = strcmp(op, "async") == 0;
+	for (size_t i = 0; i < sizeof known / sizeof *known; i++)
+		if (strcmp(op, known[i]) == 0)
+			return 1;
+	for (size_t i = 0; i < sizeof two / sizeof *two; i++)
+		if (strcmp(op, two[i].name) == 0) {
+			workers = nvars = 2;
+			async_save = two[i].async;
+			target = two[i].target;
+			phase = two[i].phase;
+			return 1;
+		}
+	return 0;
+}
+
+/* A strategy (every worker of the job) with the model's variables holding
+ * step s's values. */
 static void model(dvar_strategy **s, dvar_variable **v, int64_t step)
 {
 	dvar_strategy_options so = DVAR_STRATEGY_OPTIONS_INIT;
-	dvar_variable_spec spec = DVAR_VARIABLE_SPEC_INIT;
 	float *x = malloc(ROWS * COLS * sizeof *x);
 
 	so.replicas = 1;
 	if (!x || dvar_strategy_create(s, &so) != DVAR_OK)
 		die("strategy");
-	spec.name = "w";
-	spec.dtype = DVAR_FLOAT32;
-	spec.shape.rank = 2;
-	spec.shape.dims[0] = ROWS;
-	spec.shape.dims[1] = COLS;
-	if (dvar_variable_create(v, *s, &spec) != DVAR_OK)
-		die("variable");
-	values(x, step);
-	if (dvar_variable_assign(*v, NULL, x) != DVAR_OK)
-		die("assign");
+	for (int k = 0; k < nvars; k++) {
+		dvar_variable_spec spec = DVAR_VARIABLE_SPEC_INIT;
+		spec.name = var_names[k];
+		spec.dtype = DVAR_FLOAT32;
+		spec.shape.rank = 2;
+		spec.shape.dims[0] = ROWS;
+		spec.shape.dims[1] = COLS;
+		if (dvar_variable_create(&v[k], *s, &spec) != DVAR_OK)
+			die("variable");
+		values(x, step, k);
+		if (dvar_variable_assign(v[k], NULL, x) != DVAR_OK)
+			die("assign");
+	}
 	free(x);
 }
 
-static int save(dvar_strategy *s, dvar_variable *v, int64_t step, unsigned flags)
+static void free_model(dvar_strategy *s, dvar_variable **v)
+{
+	for (int k = 0; k < nvars; k++)
+		dvar_variable_free(v[k]);
+	dvar_strategy_free(s);
+}
+
+static int save(dvar_strategy *s, dvar_variable **v, int64_t step, unsigned flags, int async)
 {
 	dvar_write_options wo = DVAR_WRITE_OPTIONS_INIT;
 	dvar_save_options o = DVAR_SAVE_OPTIONS_INIT;
+	int rc;
 
 	wo.threads = 1; /* one order of calls from run to run */
 	wo.keep_last = 2;
 	o.write = &wo;
 	o.flags = flags;
-	return dvar_save(s, root, step, &v, 1, &o);
+	if (!async)
+		return dvar_save(s, root, step, v, (size_t)nvars, &o);
+	/* The failure may come from either call. */
+	rc = dvar_save_async(s, root, step, v, (size_t)nvars, &o);
+	return rc == DVAR_OK ? dvar_save_wait(s) : rc;
 }
 
 /* What the runs share: a source checkpoint, .npy files, a root with two
@@ -109,17 +189,13 @@ static int save(dvar_strategy *s, dvar_variable *v, int64_t step, unsigned flags
 static void setup(void)
 {
 	dvar_strategy *s;
-	dvar_variable *v;
+	dvar_variable *v[MAX_VARS];
 	float *x = malloc(ROWS * COLS * sizeof *x);
 	unsigned char head[256];
 	size_t hl;
 	dvar_shape sh = { .rank = 2, .dims = { ROWS, COLS } };
 
-	join(src, work, "src");
-	join(root, work, "root");
-	join(npy1, work, "a.npy");
-	join(npy2, work, "b.npy");
-	values(x, 7);
+	values(x, 7, 0);
 	dvar_writer *w;
 	dvar_slice top = { .rank = 2, .start = { 0, 0 }, .length = { ROWS / 2, COLS } };
 	dvar_slice bottom = { .rank = 2, .start = { ROWS / 2, 0 }, .length = { ROWS / 2, COLS } };
@@ -140,21 +216,97 @@ static void setup(void)
 		fwrite(x, sizeof *x, ROWS * COLS, fp);
 		fclose(fp);
 	}
-	model(&s, &v, 1);
-	if (save(s, v, 1, DVAR_SAVE_DELTA) != DVAR_OK)
+	model(&s, v, 1);
+	if (save(s, v, 1, DVAR_SAVE_DELTA, 0) != DVAR_OK)
 		die("ckpt-1");
-	values(x, 2);
-	if (dvar_variable_assign(v, NULL, x) != DVAR_OK || save(s, v, 2, DVAR_SAVE_DELTA) != DVAR_OK)
+	for (int k = 0; k < nvars; k++) {
+		values(x, 2, k);
+		if (dvar_variable_assign(v[k], NULL, x) != DVAR_OK)
+			die("assign");
+	}
+	if (save(s, v, 2, DVAR_SAVE_DELTA, 0) != DVAR_OK)
 		die("ckpt-2");
-	dvar_variable_free(v);
-	dvar_strategy_free(s);
+	free_model(s, v);
 	free(x);
 }
+
+/* ---------------------------------------------------------------- the root's state */
+
+/* The root's latest checkpoint: its step and its variables' values. */
+typedef struct {
+	int64_t step;
+	float v[MAX_VARS][ROWS * COLS];
+} state;
+
+/* The root's latest into *st; 0 with a message when it does not read. */
+static int read_latest(state *st, char *why, size_t cap)
+{
+	dvar_reader *rd;
+	const char *slash;
+	int ok = 1;
+
+	if (dvar_reader_open(&rd, root, NULL) != DVAR_OK) {
+		snprintf(why, cap, "the root's latest does not open: %s", dvar_error_last()->message);
+		return 0;
+	}
+	slash = strrchr(dvar_reader_path(rd), '/');
+	if (!slash || sscanf(slash + 1, "ckpt-%" SCNd64, &st->step) != 1) {
+		snprintf(why, cap, "the root's latest is %s", dvar_reader_path(rd));
+		ok = 0;
+	}
+	for (int k = 0; k < nvars && ok; k++) {
+		size_t i;
+		if (dvar_reader_find(rd, var_names[k], &i) != DVAR_OK ||
+		    dvar_reader_read(rd, i, NULL, st->v[k], sizeof st->v[k]) != DVAR_OK) {
+			snprintf(why, cap, "'%s' of the root's latest does not read: %s", var_names[k],
+			         dvar_error_last()->message);
+			ok = 0;
+		}
+	}
+	dvar_reader_free(rd);
+	return ok;
+}
+
+/* What a save of step makes of the state before it: the job restores it
+ * and changes one row (prepare). */
+static void advance(state *st, int64_t step)
+{
+	float row[ROWS * COLS];
+
+	values(row, step, 0);
+	memcpy(&st->v[0][CHANGED_ROW * COLS], &row[CHANGED_ROW * COLS], COLS * sizeof(float));
+	st->step = step;
+}
+
+/* The state before the trial, for the check after it: kept in a file,
+ * since the process that checks after a crash is another one. */
+static void keep_before(const state *st)
+{
+	char path[1100];
+	FILE *f;
+
+	join(path, work, "before");
+	if (!(f = fopen(path, "wb")) || fwrite(st, sizeof *st, 1, f) != 1 || fclose(f) != 0)
+		die("keep the state before the trial");
+}
+
+static void load_before(state *st)
+{
+	char path[1100];
+	FILE *f;
+
+	join(path, work, "before");
+	if (!(f = fopen(path, "rb")) || fread(st, sizeof *st, 1, f) != 1)
+		die("read the state before the trial");
+	fclose(f);
+}
+
+/* ---------------------------------------------------------------- one run */
 
 /* The state of a save operation's job, made before the shim is armed. */
 typedef struct {
 	dvar_strategy *s;
-	dvar_variable *v;
+	dvar_variable *v[MAX_VARS];
 } job;
 
 /* A job resumed from the root's latest (the base of its delta), with one
@@ -162,17 +314,17 @@ typedef struct {
 static void prepare(job *j)
 {
 	dvar_restore_options ro = DVAR_RESTORE_OPTIONS_INIT;
-	int64_t row = 5;
+	int64_t row = CHANGED_ROW;
 	float r[COLS];
 
 	if (!is_save())
 		return;
-	model(&j->s, &j->v, 0);
-	if (dvar_restore(j->s, root, &j->v, 1, &ro) != DVAR_OK)
+	model(&j->s, j->v, 0);
+	if (dvar_restore(j->s, root, j->v, (size_t)nvars, &ro) != DVAR_OK)
 		die("restore");
 	for (int c = 0; c < COLS; c++)
 		r[c] = (float)(next_step * 1000 + (row * COLS + c) % 997);
-	if (dvar_variable_scatter(j->v, NULL, DVAR_SCATTER_UPDATE, &row, 1, r) != DVAR_OK)
+	if (dvar_variable_scatter(j->v[0], NULL, DVAR_SCATTER_UPDATE, &row, 1, r) != DVAR_OK)
 		die("scatter");
 }
 
@@ -180,7 +332,8 @@ static void prepare(job *j)
 static int act(job *j)
 {
 	if (is_save())
-		return save(j->s, j->v, next_step, strcmp(op, "delta") == 0 ? DVAR_SAVE_DELTA : 0);
+		return save(j->s, j->v, next_step, strcmp(op, "delta") == 0 ? DVAR_SAVE_DELTA : 0,
+		            async_save);
 	if (strcmp(op, "import") == 0) {
 		dvar_import_source in[2] = { { npy1, "a" }, { npy2, "b" } };
 		dvar_import_options o = DVAR_IMPORT_OPTIONS_INIT;
@@ -202,13 +355,33 @@ static int act(job *j)
 	return dvar_export(src, out, &o);
 }
 
-/* What a child reports: the call count, or the status and message. */
+/* What a run reports: the call count, or the status and message. */
 typedef struct {
 	long calls;
 	int rc, hit;
 	char message[512];
 	char what[64];
+	char where[200]; /* the failed call and its path */
 } report;
+
+/* The operation with the shim armed at call `at` (0: counting; -1: never)
+ * for kind, in this process. */
+static report run_armed(job *j, long at, int kind)
+{
+	report r = { 0 };
+	const char *what = "", *where;
+
+	dvar_fault_arm(1, at, kind);
+	r.rc = act(j);
+	r.calls = dvar_fault_calls();
+	r.hit = dvar_fault_hit(&what);
+	dvar_fault_arm(0, 0, 0);
+	where = r.hit ? dvar_fault_log(at) : NULL;
+	snprintf(r.what, sizeof r.what, "%s", what);
+	snprintf(r.where, sizeof r.where, "%s", where ? where : what);
+	snprintf(r.message, sizeof r.message, "%s", r.rc ? dvar_error_last()->message : "");
+	return r;
+}
 
 /* Run the operation in a child with the shim armed at call `at` (0:
  * counting) for kind; *crashed when it ended in the injected crash. */
@@ -222,16 +395,9 @@ static report trial(long at, int kind, int *crashed)
 		die("pipe");
 	if ((pid = fork()) == 0) {
 		job j = { 0 };
-		const char *what = "";
 		close(fds[0]);
 		prepare(&j);
-		dvar_fault_arm(1, at, kind);
-		r.rc = act(&j);
-		r.calls = dvar_fault_calls();
-		r.hit = dvar_fault_hit(&what);
-		dvar_fault_arm(0, 0, 0);
-		snprintf(r.what, sizeof r.what, "%s", what);
-		snprintf(r.message, sizeof r.message, "%s", r.rc ? dvar_error_last()->message : "");
+		r = run_armed(&j, at, kind);
 		if (write(fds[1], &r, sizeof r) != (ssize_t)sizeof r)
 			_exit(3);
 		_exit(0); /* no cleanup: a test of what is left behind */
@@ -296,13 +462,78 @@ static int count_named(const char *dir, const char *marker)
 	return n;
 }
 
-/* What a trial left: nothing, or the output whole. 0 when fine. */
-static int check_output(const report *r, int crashed, long at, int kind)
+/* The root holds `before` as its latest or, when the save may have come
+ * past its commit point (must: it returned success), `after`; the latest
+ * verifies and every listed checkpoint opens. */
+static int check_root(const char *what, const state *before, const state *after,
+                      int must_be_new)
 {
-	char what[256];
+	static state now;
+	char why[700];
+	int bad = 0;
+	dvar_reader *rd;
+	uint64_t nbad = 0;
+
+	if (!read_latest(&now, why, sizeof why)) {
+		printf("  %s: %s\n", what, why);
+		return 1;
+	}
+	if (now.step != after->step && (must_be_new || now.step != before->step)) {
+		printf("  %s: the root's latest is step %lld, not %s%lld\n", what, (long long)now.step,
+		       must_be_new ? "" : "the one before or ", (long long)after->step);
+		bad++;
+	} else if (memcmp(now.v, (now.step == after->step ? after : before)->v, sizeof now.v) != 0) {
+		printf("  %s: the root's latest (step %lld) holds other values\n", what,
+		       (long long)now.step);
+		bad++;
+	}
+	if (dvar_reader_open(&rd, root, NULL) != DVAR_OK)
+		return bad + 1;
+	if (dvar_reader_verify(rd, NULL, NULL, &nbad) != DVAR_OK || nbad) {
+		printf("  %s: the root's latest does not verify\n", what);
+		bad++;
+	}
+	dvar_reader_free(rd);
+	/* Every checkpoint the root lists opens: none is half written. */
+	dvar_root_list *l;
+	if (dvar_root_list_open(&l, root) != DVAR_OK)
+		return bad + 1;
+	for (size_t i = 0; i < dvar_root_list_count(l); i++) {
+		dvar_root_entry e;
+		char ck[1200];
+		dvar_root_list_get(l, i, &e);
+		snprintf(ck, sizeof ck, "%s/%s", root, e.name);
+		if (dvar_reader_open(&rd, ck, NULL) != DVAR_OK) {
+			printf("  %s: %s is listed but does not open: %s\n", what, e.name,
+			       dvar_error_last()->message);
+			bad++;
+		} else {
+			dvar_reader_free(rd);
+		}
+	}
+	dvar_root_list_free(l);
+	return bad;
+}
+
+/* "what path" with the path relative to the work folder. */
+static const char *shown(const char *where)
+{
+	const char *at = strstr(where, work);
+	static char buf[256];
+
+	if (!at)
+		return where;
+	snprintf(buf, sizeof buf, "%.*s%s", (int)(at - where), where, at + strlen(work) + 1);
+	return buf;
+}
+
+/* What a trial left: nothing, or the output whole. 0 when fine. */
+static int check_output(const report *r, int crashed, long at, int kind, const state *before)
+{
+	char what[512];
 	int bad = 0;
 	snprintf(what, sizeof what, "%s, %s at call %ld (%s)", op, kind_names[kind], at,
-	         crashed ? "crash" : r->what);
+	         crashed ? "crash" : shown(r->where));
 	/* A failure names where: the output, or the file the failing call was on. */
 	if (!crashed && r->hit && r->rc != DVAR_OK && !strchr(r->message, '/')) {
 		printf("  %s: the message names no path: %s\n", what, r->message);
@@ -311,37 +542,10 @@ static int check_output(const report *r, int crashed, long at, int kind)
 	if (!crashed && r->hit && r->rc == DVAR_OK)
 		printf("  (%s: succeeded: a call it can do without, or one after its commit point)\n", what);
 	if (is_save()) {
-		dvar_reader *rd;
-		uint64_t nbad = 0;
-		if (dvar_reader_open(&rd, root, NULL) != DVAR_OK) {
-			printf("  %s: the root's latest does not open: %s\n", what,
-			       dvar_error_last()->message);
-			return bad + 1;
-		}
-		if (dvar_reader_verify(rd, NULL, NULL, &nbad) != DVAR_OK || nbad) {
-			printf("  %s: the root's latest does not verify\n", what);
-			bad++;
-		}
-		dvar_reader_free(rd);
-		/* Every checkpoint the root lists opens: none is half written. */
-		dvar_root_list *l;
-		if (dvar_root_list_open(&l, root) != DVAR_OK)
-			return bad + 1;
-		for (size_t i = 0; i < dvar_root_list_count(l); i++) {
-			dvar_root_entry e;
-			char ck[1200];
-			dvar_root_list_get(l, i, &e);
-			snprintf(ck, sizeof ck, "%s/%s", root, e.name);
-			if (dvar_reader_open(&rd, ck, NULL) != DVAR_OK) {
-				printf("  %s: %s is listed but does not open: %s\n", what, e.name,
-				       dvar_error_last()->message);
-				bad++;
-			} else {
-				dvar_reader_free(rd);
-			}
-		}
-		dvar_root_list_free(l);
-		return bad;
+		static state after;
+		after = *before;
+		advance(&after, next_step);
+		return bad + check_root(what, before, &after, !crashed && r->rc == DVAR_OK);
 	}
 	struct stat st;
 	if (stat(out, &st) != 0)
@@ -377,12 +581,25 @@ static int check_output(const report *r, int crashed, long at, int kind)
 	return bad;
 }
 
+/* After a trial and the unarmed run that follows it: no temporary file. */
+static int check_swept(long at, int kind)
+{
+	char parent[1100];
+
+	snprintf(parent, sizeof parent, "%s", is_save() ? root : work);
+	if (!count_named(parent, ".dvartmp-"))
+		return 0;
+	printf("  %s after %s at call %ld: temporary files left in %s\n", op, kind_names[kind], at,
+	       parent);
+	return 1;
+}
+
 /* Clear the output for the next trial, after checking that an unarmed run
  * succeeds and sweeps what the dead child left. */
 static int rerun_and_sweep(long at, int kind)
 {
 	int crashed, bad = 0;
-	char cmd[4096], parent[1100];
+	char cmd[4096];
 	report r;
 
 	if (!is_save()) {
@@ -398,12 +615,7 @@ static int rerun_and_sweep(long at, int kind)
 		       r.message);
 		bad++;
 	}
-	snprintf(parent, sizeof parent, "%s", is_save() ? root : work);
-	if (count_named(parent, ".dvartmp-")) {
-		printf("  %s after %s at call %ld: temporary files left in %s\n", op, kind_names[kind],
-		       at, parent);
-		bad++;
-	}
+	bad += check_swept(at, kind);
 	if (is_save())
 		next_step++;
 	else {
@@ -414,15 +626,455 @@ static int rerun_and_sweep(long at, int kind)
 	return bad;
 }
 
+/* ---------------------------------------------------------------- two workers */
+
+/* The trials of a two-worker operation: WORK/trials holds the count, the
+ * step of trial 0 (trial i saves step + 2 i, then step + 2 i + 1), and the
+ * call and kind of each. */
+typedef struct {
+	long n;
+	int64_t step;
+	long *at;
+	int *kind;
+} trial_list;
+
+static void trials_path(char *p, const char *name)
+{
+	join(p, work, name);
+}
+
+static void write_trials(const trial_list *t)
+{
+	char p[1100];
+	FILE *f;
+
+	trials_path(p, "trials");
+	if (!(f = fopen(p, "w")))
+		die("write the trials");
+	fprintf(f, "%ld %" PRId64 "\n", t->n, t->step);
+	for (long i = 0; i < t->n; i++)
+		fprintf(f, "%ld %d\n", t->at[i], t->kind[i]);
+	if (fclose(f) != 0)
+		die("write the trials");
+}
+
+static void read_trials(trial_list *t)
+{
+	char p[1100];
+	FILE *f;
+
+	trials_path(p, "trials");
+	if (!(f = fopen(p, "r")) || fscanf(f, "%ld %" SCNd64, &t->n, &t->step) != 2)
+		die("read the trials");
+	t->at = malloc((size_t)(t->n + 1) * sizeof *t->at);
+	t->kind = malloc((size_t)(t->n + 1) * sizeof *t->kind);
+	if (!t->at || !t->kind)
+		die("out of memory");
+	for (long i = 0; i < t->n; i++)
+		if (fscanf(f, "%ld %d", &t->at[i], &t->kind[i]) != 2)
+			die("read the trials");
+	fclose(f);
+}
+
+/* A line of the job's progress (WORK/progress), for this process to read. */
+static void progress(const char *fmt, long a, long b)
+{
+	char p[1100];
+	FILE *f;
+
+	trials_path(p, "progress");
+	if (!(f = fopen(p, "a")))
+		die("progress");
+	fprintf(f, fmt, a, b);
+	fclose(f);
+}
+
+/* Every worker's report, in worker order (a collective: also a barrier). */
+static void exchange(dvar_strategy *s, const report *mine, report *all)
+{
+	dvar_values *v;
+	dvar_shape sh = { .rank = 1, .dims = { sizeof *mine } };
+
+	if (dvar_values_new(&v, s, DVAR_UINT8) != DVAR_OK ||
+	    dvar_values_set(v, 0, &sh, mine) != DVAR_OK ||
+	    dvar_strategy_gather(s, v, 0, all, (size_t)workers * sizeof *all, NULL) != DVAR_OK)
+		die("exchange the reports");
+	dvar_values_free(v);
+}
+
+/* The workers' verdicts on one save: both return, the same status; when
+ * it failed, the same message, naming the worker, the save and a path. */
+static int check_workers(const report *all, long at, int kind)
+{
+	const report *r = &all[target];
+	char what[512], saving[64];
+	int bad = 0;
+
+	snprintf(what, sizeof what, "%s, %s at call %ld of worker %d (%s)", op, kind_names[kind], at,
+	         target, r->hit ? shown(r->where) : "not reached");
+	snprintf(saving, sizeof saving, "saving step %lld", (long long)next_step);
+	for (int w = 0; w < workers; w++) {
+		if (all[w].rc != r->rc || strcmp(all[w].message, r->message) != 0) {
+			printf("  %s: worker %d returned %d (%s), worker %d %d (%s)\n", what, target, r->rc,
+			       r->message, w, all[w].rc, all[w].message);
+			bad++;
+		}
+	}
+	if (r->rc != DVAR_OK && (!strstr(r->message, saving) || !strstr(r->message, "worker ") ||
+	                         !strchr(r->message, '/'))) {
+		printf("  %s: the message names not the save, the worker and a path: %s\n", what,
+		       r->message);
+		bad++;
+	}
+	return bad;
+}
+
+/* In the job: the next step saved, unarmed, by the same workers, whose
+ * variables hold `restored` with the row of step `row_step`: it must commit
+ * on every worker (the latest: that step, those values) and leave no
+ * temporary file. */
+static int rerun_in_job(job *j, const state *restored, int64_t row_step, long at, int kind)
+{
+	static state expected;
+	report mine = { 0 }, all[2];
+	char what[256];
+	int bad = 0, me = dvar_strategy_worker_id(j->s);
+
+	mine.rc = save(j->s, j->v, next_step, 0, async_save);
+	snprintf(mine.message, sizeof mine.message, "%s", mine.rc ? dvar_error_last()->message : "");
+	exchange(j->s, &mine, all);
+	if (me != 0)
+		return 0;
+	snprintf(what, sizeof what, "%s after %s at call %ld: the next save", op, kind_names[kind],
+	         at);
+	for (int w = 0; w < workers; w++)
+		if (all[w].rc != DVAR_OK) {
+			printf("  %s fails on worker %d: %s\n", what, w, all[w].message);
+			bad++;
+		}
+	expected = *restored;
+	advance(&expected, row_step);
+	expected.step = next_step;
+	if (!bad)
+		bad += check_root(what, restored, &expected, 1);
+	return bad + check_swept(at, kind);
+}
+
+/* `--job FIRST` on every worker: trials FIRST.. of WORK/trials, each
+ * checked by the chief; WORK/progress says how far it came. `--job -1`:
+ * the next save only, after a job that died (WORK/trials' step). */
+static int job_main(long first)
+{
+	trial_list t;
+	int failures = 0;
+
+	read_trials(&t);
+	if (first < 0) {
+		t.n = 1;
+		t.step = next_step; /* --step */
+		t.at[0] = -1;
+		t.kind[0] = 0;
+		first = 0;
+	}
+	for (long i = first; i < t.n; i++) {
+		job j = { 0 };
+		report mine, all[2];
+		static state before;
+		char why[700], pid[1100], name[32];
+		int me, bad = 0;
+		FILE *f;
+
+		next_step = t.step + 2 * i;
+		prepare(&j);
+		me = dvar_strategy_worker_id(j.s);
+		snprintf(name, sizeof name, "pid-%d", me);
+		trials_path(pid, name);
+		if ((f = fopen(pid, "w"))) {
+			fprintf(f, "%ld\n", (long)getpid());
+			fclose(f);
+		}
+		if (me == 0 && !read_latest(&before, why, sizeof why))
+			die(why);
+		if (t.at[i] < 0) {
+			/* The save after a job that died: only the rerun's checks. */
+			bad = rerun_in_job(&j, &before, next_step, -1, 0);
+			if (me == 0)
+				progress("rerun %ld %ld\n", 0, bad);
+			free_model(j.s, j.v);
+			return bad != 0;
+		}
+		if (me == 0) {
+			keep_before(&before);
+			progress("start %ld %ld\n", i, 0);
+		}
+		dvar_fault_scope(root);
+		mine = run_armed(&j, me == target ? t.at[i] : -1, t.kind[i]);
+		if (t.at[i] == 0 && me == target) {
+			/* The count, and what each call was. */
+			char p[1100];
+			FILE *c;
+			trials_path(p, "count");
+			if (!(c = fopen(p, "w")))
+				die("count");
+			fprintf(c, "%ld\n", mine.calls);
+			for (long k = 1; k <= mine.calls && dvar_fault_log(k); k++)
+				fprintf(c, "%s\n", dvar_fault_log(k));
+			fclose(c);
+		}
+		exchange(j.s, &mine, all);
+		if (me == 0) {
+			bad += check_workers(all, t.at[i], t.kind[i]);
+			bad += check_output(&all[target], 0, t.at[i], t.kind[i], &before);
+		}
+		next_step++;
+		bad += rerun_in_job(&j, &before, next_step - 1, t.at[i], t.kind[i]);
+		free_model(j.s, j.v);
+		if (me == 0) {
+			failures += bad;
+			progress("done %ld %ld\n", i, bad);
+			fflush(stdout);
+		}
+	}
+	return failures != 0;
+}
+
+/* ---------------------------------------------------------------- the parent of the jobs */
+
+static char self[PATH_MAX];
+
+/* Run `--job FIRST` (or the next save at step, FIRST -1) under mpirun
+ * within bound seconds; its output goes to WORK/job.log, whose lines
+ * that report (two spaces first) are shown. mpirun's status; 124: the
+ * bound was reached. */
+static int run_job(long first, int64_t step, int bound)
+{
+	char cmd[8192], log[1100], line[1024];
+	FILE *f;
+	int st;
+
+	trials_path(log, "progress");
+	unlink(log);
+	trials_path(log, "job.log");
+	snprintf(cmd, sizeof cmd,
+	         "timeout -k 5 %d '%s' -np %d --oversubscribe --bind-to none -x LD_PRELOAD "
+	         "'%s' '%s' '%s' --job %ld --step %" PRId64 " >'%s' 2>&1",
+	         bound, mpiexec, workers, self, op, work, first, step, log);
+	st = system(cmd);
+	st = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+	if ((f = fopen(log, "r"))) {
+		while (fgets(line, sizeof line, f))
+			if (strncmp(line, "  ", 2) == 0 &&
+			    (strncmp(line + 2, op, strlen(op)) == 0 ||
+			     (line[2] == '(' && strncmp(line + 3, op, strlen(op)) == 0)))
+				fputs(line, stdout);
+		fclose(f);
+	}
+	return st;
+}
+
+/* The tail of the last job's output, after a job that ended wrongly. */
+static void show_log(void)
+{
+	char cmd[2200], log[1100];
+
+	trials_path(log, "job.log");
+	snprintf(cmd, sizeof cmd, "tail -n 15 '%s' | sed 's/^/  | /'", log);
+	fflush(stdout);
+	if (system(cmd) != 0)
+		printf("  | (no output)\n");
+}
+
+/* How far the last job came: the last trial started and done (-1: none),
+ * and the failures it found. */
+static void read_progress(long *started, long *done, long *bad)
+{
+	char p[1100], word[16];
+	long i, b;
+	FILE *f;
+
+	*started = *done = -1;
+	*bad = 0;
+	trials_path(p, "progress");
+	if (!(f = fopen(p, "r")))
+		return;
+	while (fscanf(f, "%15s %ld %ld", word, &i, &b) == 3) {
+		if (strcmp(word, "start") == 0)
+			*started = i;
+		else {
+			*done = i;
+			*bad += b;
+		}
+	}
+	fclose(f);
+}
+
+/* A dead job's workers, gone: only then does the next save sweep what
+ * they left (their process ids are in its names). */
+static int wait_gone(void)
+{
+	for (int w = 0; w < workers; w++) {
+		char p[1100], name[16];
+		long pid = 0;
+		FILE *f;
+
+		snprintf(name, sizeof name, "pid-%d", w);
+		trials_path(p, name);
+		if (!(f = fopen(p, "r")))
+			continue;
+		if (fscanf(f, "%ld", &pid) != 1)
+			pid = 0;
+		fclose(f);
+		for (int t = 0; pid > 0 && kill((pid_t)pid, 0) == 0; t++) {
+			if (t == 300)
+				return 0;
+			usleep(100000);
+		}
+	}
+	return 1;
+}
+
+/* The calls of the target worker the trials go into, lo..hi, from the
+ * counting job's log: the chief's commit starts at its first call on the
+ * index it writes. */
+static void call_range(long calls, long *lo, long *hi)
+{
+	char p[1100], line[512];
+	long n = 0, commit = 0;
+	FILE *f;
+
+	trials_path(p, "count");
+	if (!(f = fopen(p, "r")) || !fgets(line, sizeof line, f))
+		die("read the count");
+	while (fgets(line, sizeof line, f)) {
+		n++;
+		line[strcspn(line, "\n")] = '\0';
+		printf("  (call %ld of worker %d: %s)\n", n, target, shown(line));
+		if (!commit && strlen(line) > 6 && strcmp(line + strlen(line) - 6, "/index") == 0)
+			commit = n;
+	}
+	fclose(f);
+	/* The calls vary a little with the step names: a few more are tried. */
+	*lo = 1;
+	*hi = calls + 2;
+	if (phase != CALLS_ALL && !commit) {
+		fprintf(stderr, "fault_driver: %s: the chief's commit writes no index\n", op);
+		exit(2);
+	}
+	if (phase == CALLS_WRITING)
+		*hi = commit - 1;
+	else if (phase == CALLS_COMMIT)
+		*lo = commit;
+}
+
+/* Trials into one worker of a two-worker job (see the top). */
+static int two_workers(long sample, unsigned long seed)
+{
+	trial_list t = { 1, next_step, NULL, NULL };
+	long zero_at = 0, count, lo, hi, started, done, bad;
+	int zero_kind = 0, failures = 0, tried[NKINDS] = { 0 }, bound = 120;
+	char p[1100];
+	FILE *f;
+
+	/* The count: one save, the shim counting. */
+	t.at = &zero_at;
+	t.kind = &zero_kind;
+	write_trials(&t);
+	if (run_job(0, 0, bound) != 0 || (read_progress(&started, &done, &bad), done != 0 || bad)) {
+		fprintf(stderr, "fault_driver: %s fails without a fault\n", op);
+		show_log();
+		return 2;
+	}
+	trials_path(p, "count");
+	if (!(f = fopen(p, "r")) || fscanf(f, "%ld", &count) != 1)
+		die("read the count");
+	fclose(f);
+	call_range(count, &lo, &hi);
+	next_step += 2;
+
+	long total = (hi - lo + 1) * NKINDS;
+	t.n = sample ? sample : total;
+	t.step = next_step;
+	t.at = malloc((size_t)t.n * sizeof *t.at);
+	t.kind = malloc((size_t)t.n * sizeof *t.kind);
+	if (!t.at || !t.kind)
+		die("out of memory");
+	for (long i = 0; i < t.n; i++) {
+		long pick = sample ? (long)((seed = seed * 6364136223846793005ul + 1442695040888963407ul) >> 33) % total : i;
+		t.at[i] = lo + pick / NKINDS;
+		t.kind[i] = (int)(pick % NKINDS);
+	}
+	write_trials(&t);
+	for (long first = 0; first < t.n;) {
+		int st = run_job(first, 0, bound + 2 * (int)(t.n - first));
+		long k;
+		read_progress(&started, &done, &bad);
+		failures += (int)bad;
+		for (long i = first; i <= done; i++)
+			tried[t.kind[i]]++;
+		if (st == 0 && done == t.n - 1)
+			break;
+		k = started > done ? started : done + 1;
+		if (k >= t.n) {
+			printf("  %s: the job ended with status %d after its last trial\n", op, st);
+			show_log();
+			failures++;
+			break;
+		}
+		/* The job died in trial k: by the crash, or wrongly. */
+		tried[t.kind[k]]++;
+		next_step = t.step + 2 * k;
+		if (st == 124 || st == 137) {
+			printf("  %s, %s at call %ld of worker %d: the job did not end within %d s\n", op,
+			       kind_names[t.kind[k]], t.at[k], target, bound);
+			show_log();
+			failures++;
+		} else if (t.kind[k] != FAULT_CRASH || st == 0 || started != k) {
+			printf("  %s, %s at call %ld of worker %d: the job ended with status %d\n", op,
+			       kind_names[t.kind[k]], t.at[k], target, st);
+			show_log();
+			failures++;
+		}
+		if (!wait_gone()) {
+			printf("  %s: a worker of the dead job still runs 30 s after its end\n", op);
+			failures++;
+		}
+		if (started == k) {
+			/* What the dead job left, seen by a fresh process. */
+			static state before;
+			report r = { 0 };
+			load_before(&before);
+			failures += check_output(&r, 1, t.at[k], t.kind[k], &before);
+		}
+		/* A fresh job saves the next step, sweeping the dead one's files. */
+		next_step++;
+		st = run_job(-1, next_step, bound);
+		read_progress(&started, &done, &bad);
+		if (st != 0 || done != 0 || bad) {
+			printf("  %s after %s at call %ld of worker %d: the next job's save fails "
+			       "(status %d)\n", op, kind_names[t.kind[k]], t.at[k], target, st);
+			show_log();
+			failures++;
+		}
+		first = k + 1;
+	}
+	printf("%s: %ld file-system calls of worker %d, trials at calls %ld..%ld:", op, count, target,
+	       lo, hi);
+	for (int k = 0; k < NKINDS; k++)
+		printf(" %d %s", tried[k], kind_names[k]);
+	printf("; %d failures\n", failures);
+	return failures != 0;
+}
+
 int main(int argc, char **argv)
 {
-	long sample = 0;
+	long sample = 0, job = -2;
+	int64_t step = 0;
 	unsigned long seed = 1;
 	int crashed, failures = 0, tried[NKINDS] = { 0 };
 	report count;
 
 	if (argc < 3) {
-		fprintf(stderr, "usage: fault_driver OP WORK [--sample N] [--seed S]\n");
+		fprintf(stderr, "usage: fault_driver OP WORK [--sample N] [--seed S] [--mpiexec MPIRUN]\n");
 		return 2;
 	}
 	for (int i = 3; i + 1 < argc; i += 2) {
@@ -430,26 +1082,59 @@ int main(int argc, char **argv)
 			sample = atol(argv[i + 1]);
 		else if (!strcmp(argv[i], "--seed"))
 			seed = strtoul(argv[i + 1], NULL, 10);
+		else if (!strcmp(argv[i], "--mpiexec"))
+			mpiexec = argv[i + 1];
+		else if (!strcmp(argv[i], "--job"))
+			job = atol(argv[i + 1]);
+		else if (!strcmp(argv[i], "--step"))
+			step = strtoll(argv[i + 1], NULL, 10);
 	}
 	dvar_fault_arm = (void (*)(int, long, int))dlsym(RTLD_DEFAULT, "dvar_fault_arm");
 	dvar_fault_calls = (long (*)(void))dlsym(RTLD_DEFAULT, "dvar_fault_calls");
 	dvar_fault_hit = (int (*)(const char **))dlsym(RTLD_DEFAULT, "dvar_fault_hit");
-	if (!dvar_fault_arm || !dvar_fault_calls || !dvar_fault_hit) {
+	dvar_fault_scope = (void (*)(const char *))dlsym(RTLD_DEFAULT, "dvar_fault_scope");
+	dvar_fault_log = (const char *(*)(long))dlsym(RTLD_DEFAULT, "dvar_fault_log");
+	if (!dvar_fault_arm || !dvar_fault_calls || !dvar_fault_hit || !dvar_fault_scope ||
+	    !dvar_fault_log) {
 		fprintf(stderr, "fault_driver: run it with LD_PRELOAD=libdvar_fault.so\n");
 		return 2;
 	}
 	op = argv[1];
-	snprintf(work, sizeof work, "%s", argv[2]);
-	{
+	if (!parse_op()) {
+		fprintf(stderr, "fault_driver: unknown operation '%s'\n", op);
+		return 2;
+	}
+	if (job == -2) {
 		/* A fresh work folder: an earlier run's is removed first. */
 		char cmd[1100];
-		snprintf(cmd, sizeof cmd, "rm -rf '%s'", work);
+		snprintf(cmd, sizeof cmd, "rm -rf '%s'", argv[2]);
 		if (system(cmd) != 0)
 			die("rm");
+		mkdir(argv[2], 0777);
 	}
-	mkdir(work, 0777);
-	setup();
+	/* Absolute: the shim's scope and the jobs' folder. */
+	if (!realpath(argv[2], work) || strlen(work) > 900) {
+		fprintf(stderr, "fault_driver: %s: no such folder, or its path is too long\n", argv[2]);
+		return 2;
+	}
+	join(src, work, "src");
+	join(root, work, "root");
+	join(npy1, work, "a.npy");
+	join(npy2, work, "b.npy");
 	join(out, work, strcmp(op, "export-safetensors") == 0 ? "out.safetensors" : "out");
+	if (job != -2) {
+		if (job == -1)
+			next_step = step;
+		return job_main(job);
+	}
+	setup();
+	if (workers > 1) {
+		ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+		if (n <= 0)
+			die("readlink /proc/self/exe");
+		self[n] = '\0';
+		return two_workers(sample, seed);
+	}
 	count = trial(0, 0, &crashed);
 	if (crashed || count.rc != DVAR_OK) {
 		fprintf(stderr, "fault_driver: %s fails without a fault: %s\n", op, count.message);
@@ -463,9 +1148,13 @@ int main(int argc, char **argv)
 		long pick = sample ? (long)((seed = seed * 6364136223846793005ul + 1442695040888963407ul) >> 33) % total : t;
 		long at = pick / NKINDS + 1;
 		int kind = (int)(pick % NKINDS);
+		static state before;
+		char why[700];
+		if (is_save() && !read_latest(&before, why, sizeof why))
+			die(why);
 		report r = trial(at, kind, &crashed);
 		tried[kind]++;
-		failures += check_output(&r, crashed, at, kind);
+		failures += check_output(&r, crashed, at, kind, &before);
 		failures += rerun_and_sweep(at, kind);
 	}
 	printf("%s: %ld file-system calls; trials:", op, count.calls);
