@@ -289,6 +289,9 @@ int dvar_chain_over(const char *base, dvar_link **chain, size_t *len);
 
 /* Test hook: called at named points of a save (see tests/unit/format). */
 extern void (*dvar__fault_hook)(const char *point);
+/* Test knob: microseconds added to every timed lz4 call of a writer, as if
+ * the CPU were busy (DVAR_COMPRESS_AUTO then stops compressing). */
+extern unsigned dvar__lz4_delay_us;
 #define DVAR_FAULT_POINT(name) do { if (dvar__fault_hook) dvar__fault_hook(name); } while (0)
 
 char *dvar_path_join(const char *a, const char *b);           /* malloc'ed; NULL on ENOMEM */
@@ -403,6 +406,12 @@ int dvar_root_publish(const char *root, const char *name, int keep_last);
  * combines chunk checksums without reading. */
 const dvar_var_entry *dvar_reader_entry(const dvar_reader *r, size_t i);
 int dvar_reader_is_tf(const dvar_reader *r);
+/* For tests: how readers use O_DIRECT (AUTO: large uncached aligned reads;
+ * ALWAYS: cached or not; REFUSED: as if every file system refused it), and
+ * how many of a reader's bytes it read so. */
+enum { DVAR_DIRECT_AUTO, DVAR_DIRECT_OFF, DVAR_DIRECT_ALWAYS, DVAR_DIRECT_REFUSED };
+void dvar_reader__direct(int mode);
+uint64_t dvar_reader__bytes_direct(const dvar_reader *r);
 
 DVAR_END_DECL
 

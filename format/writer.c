@@ -40,12 +40,20 @@
 /* lz4 acceleration: on zero-row (embedding) data 8 keeps the ratio of 1 and
  * runs 2-4x faster; on data it cannot compress it gives up sooner. */
 #define LZ4_ACCELERATION 8
-/* AUTO compresses only when the sample ran at least this fast, summed over
- * the writer's threads: slower compression would make the save slower than
- * writing the raw bytes (~1.7 GB/s here). Zero-row data samples at 3-3.5 GB/s
- * on two cores, element-sparse data (lz4 saves ~30% but slowly) at ~0.8. */
+/* Until this save has timed lz4 chunks of its own, AUTO compresses only
+ * when the sample ran at least this fast, summed over the writer's threads:
+ * slower compression would make the save slower than writing the raw bytes
+ * (~1.7 GB/s here). Zero-row data samples at 3-3.5 GB/s on two cores,
+ * element-sparse data (lz4 saves ~30% but slowly) at ~0.8. */
 #define LZ4_MIN_SAMPLE_BYTES_PER_SEC 2.0e9
 #define SAMPLE_PIECE (16u << 10)
+/* AUTO's accounts forget: each is halved once it holds this many chunks. */
+#define AUTO_WINDOW_CHUNKS 16
+/* One compressible chunk in this many goes the way that looked slower, so
+ * that both accounts follow a CPU or a disk that got busier or freer. */
+#define AUTO_EXPLORE 64
+
+unsigned dvar__lz4_delay_us;
 
 /* ---------------------------------------------------------------- names */
 
@@ -366,8 +374,56 @@ typedef struct {
 	int preassigned; /* offsets were given in chunk order before the batch */
 } add_ctx;
 
+static uint64_t ns_since(double t0)
+{
+	double d = dvar_now() - t0;
+	return d > 0 ? (uint64_t)(d * 1e9) : 0;
+}
+
+/* Nanoseconds per raw byte of what account a holds; -1 under one chunk's worth. */
+static double cost_per_byte(const dvar_writer *w, const dvar_cost *a)
+{
+	double bytes = (double)atomic_load(&a->bytes);
+	return bytes < (double)w->opts.chunk_size ? -1 : (double)atomic_load(&a->ns) / bytes;
+}
+
+/* A chunk of len raw bytes went one way (DVAR_CODEC_*) in ns. */
+static void cost_add(const dvar_writer *w, dvar_cost *a, uint64_t ns, uint64_t len)
+{
+	uint64_t bytes = atomic_fetch_add(&a->bytes, len) + len;
+	if (bytes > AUTO_WINDOW_CHUNKS * w->opts.chunk_size) {
+		/* Racy halving: both figures stay about in proportion, which is all that is used. */
+		atomic_store(&a->bytes, bytes / 2);
+		atomic_store(&a->ns, (atomic_load(&a->ns) + ns) / 2);
+	} else {
+		atomic_fetch_add(&a->ns, ns);
+	}
+}
+
+/*
+ * AUTO, for a chunk lz4 would shrink: compress it? Each way's account holds
+ * what this save's chunks actually cost, per raw byte, in the time of the
+ * thread that stored them: lz4 and the write of what it left, or the write
+ * of the raw bytes. The cheaper way wins, so a CPU busy with other work,
+ * which slows lz4 and not the disk, turns compression off. Until lz4 has
+ * been timed the sample's speed decides; until raw writes have been timed
+ * the chunk goes raw to time them.
+ */
+static int auto_choice(dvar_writer *w, double sample_bytes_per_sec)
+{
+	double raw = cost_per_byte(w, &w->cost[DVAR_CODEC_RAW]);
+	double lz4 = cost_per_byte(w, &w->cost[DVAR_CODEC_LZ4]);
+	uint64_t tick = atomic_fetch_add(&w->auto_tick, 1);
+	if (lz4 < 0)
+		return sample_bytes_per_sec * dvar_pool_size(w->pool) >= LZ4_MIN_SAMPLE_BYTES_PER_SEC;
+	if (raw < 0)
+		return 0;
+	int best = lz4 < raw;
+	return tick % AUTO_EXPLORE == AUTO_EXPLORE - 1 ? !best : best;
+}
+
 /* A cheap look at a chunk: does lz4 save >= 10% on a few pieces, fast enough? */
-static int lz4_pays(const dvar_writer *w, const unsigned char *raw, size_t len, unsigned char *out)
+static int lz4_pays(dvar_writer *w, const unsigned char *raw, size_t len, unsigned char *out)
 {
 	size_t pieces = len >= 4 * SAMPLE_PIECE ? 4 : 1;
 	size_t plen = pieces == 1 ? len : SAMPLE_PIECE;
@@ -390,7 +446,7 @@ static int lz4_pays(const dvar_writer *w, const unsigned char *raw, size_t len, 
 	double secs = dvar_now() - t0;
 	if (packed * 10 > in * 9)
 		return 0;
-	return secs <= 0 || (double)in / secs * dvar_pool_size(w->pool) >= LZ4_MIN_SAMPLE_BYTES_PER_SEC;
+	return auto_choice(w, secs > 0 ? (double)in / secs : 1e30);
 }
 
 static int write_padded(dvar_writer *w, const unsigned char *buf, size_t padded, uint64_t off)
@@ -440,6 +496,8 @@ static const unsigned char *encode_chunk(dvar_writer *w, dvar_slice_entry *se, s
 		/* A capacity of 90% makes lz4 give up when it would save less than 10%. */
 		int n = LZ4_compress_fast((const char *)raw, (char *)buf, (int)len, (int)(len - len / 10),
 		                          LZ4_ACCELERATION);
+		if (dvar__lz4_delay_us)
+			usleep(dvar__lz4_delay_us);
 		if (n > 0) {
 			c->codec = DVAR_CODEC_LZ4;
 			c->stored = (uint64_t)n;
@@ -481,6 +539,7 @@ static int write_chunk(void *vctx, size_t k)
 	int rc;
 	if ((w->opts.compress != DVAR_COMPRESS_NONE || !in_place) && !(buf = buffer_get(w)))
 		return DVAR_ENOMEM;
+	double t0 = dvar_now();
 	const unsigned char *out = encode_chunk(w, se, i, raw, len,
 	                                        w->opts.compress != DVAR_COMPRESS_NONE ? buf : NULL);
 	if (out == raw && !in_place) {
@@ -496,6 +555,8 @@ static int write_chunk(void *vctx, size_t k)
 	if (buf)
 		dvar_stash_push(w->buffers, buf, free);
 	if (rc == DVAR_OK) {
+		if (w->opts.compress == DVAR_COMPRESS_AUTO)
+			cost_add(w, &w->cost[c->codec], ns_since(t0), len);
 		atomic_fetch_add(&w->bytes_done, len);
 		DVAR_FAULT_POINT("chunk-written");
 		report_progress(w);

@@ -14,6 +14,11 @@
 
 DVAR_BEGIN_DECL
 
+/* Time spent storing chunks one way, and their raw bytes. */
+typedef struct {
+	atomic_uint_least64_t ns, bytes;
+} dvar_cost;
+
 struct dvar_writer {
 	char *final_dir;
 	char *tmp_dir;
@@ -32,6 +37,9 @@ struct dvar_writer {
 	atomic_int direct_ok;
 	atomic_uint_least64_t next_offset;
 	atomic_uint_least64_t bytes_done;
+	/* DVAR_COMPRESS_AUTO's accounts (writer.c, auto_choice), by codec. */
+	dvar_cost cost[2];
+	atomic_uint_least64_t auto_tick;
 	pthread_t owner;
 	double last_progress;
 	int broken; /* an I/O error: only dvar_writer_free is left */
