@@ -711,6 +711,7 @@ static void job_free(save_job *j)
 	free(j->root_key);
 	free(j->base);
 	free(j->sums);
+	free(j->differs);
 	dvar_free(j->blob);
 	free(j->root);
 	free(j);

@@ -86,9 +86,13 @@ typedef struct {
 	unsigned char *arena;
 	size_t arena_cap;
 
-	/* The replica check: R × nchunks checksums, replica-major. */
+	/* The replica check, per piece of the checked values (CHECK_CHUNK,
+	 * stage.c): the primary's checksums (on GPUs every replica's, R ×
+	 * nchunks, replica-major), and the lowest local replica that differs
+	 * from the primary (0: none). */
 	size_t nchunks;
 	uint32_t *sums;
+	int *differs;
 	int phase;               /* what a staging run does (PHASE_*) */
 	int late_verdict;        /* asynchronous: judged by finish(), see stage.c */
 	saved_error stage_error; /* a local failure the staging run reports */
@@ -104,10 +108,11 @@ typedef struct {
 
 /*
  * What a staging run does. PHASE_VALUES, before anything is written: the
- * aggregates and, for an asynchronous save, the copies and the checksums
- * (fused: the state changes once the call returns). PHASE_CHECK, for a
- * synchronous save, while its part is being written: the checksums alone,
- * which then cost CPU time the disk would leave idle.
+ * aggregates and, for an asynchronous save, the copies and the replica
+ * check (fused: the state changes once the call returns; the checksums of
+ * what this worker writes come later, from its staged copy). PHASE_CHECK,
+ * for a synchronous save, while its part is being written: the replica
+ * check alone, which then costs CPU time the disk would leave idle.
  */
 enum { PHASE_VALUES, PHASE_CHECK };
 

@@ -12,9 +12,11 @@
 #include "runtime/runtime.h"
 #include "store/save.h"
 
-/* The replica check compares checksums of pieces this large, so a mismatch
- * can be located; the copy into staging moves cache-sized blocks, each
- * checksummed while it is still in cache. */
+/* The replica check locates a mismatch to a piece this large; a piece is
+ * also what a replica's thread takes on in a staging run. Within a piece
+ * the work goes in cache-sized blocks: each block of the primary is read
+ * from memory once, and copied, checksummed and compared with the other
+ * replicas' while it is in cache. */
 #define CHECK_CHUNK ((size_t)1 << 20)
 #define COPY_BLOCK ((size_t)128 << 10)
 
@@ -103,7 +105,8 @@ int dvar_store_stage_alloc(save_job *j)
 			j->nchunks += (it->nbytes + CHECK_CHUNK - 1) / CHECK_CHUNK;
 		}
 	}
-	if (j->nchunks && !(j->sums = malloc((size_t)j->R * j->nchunks * sizeof *j->sums)))
+	if (j->nchunks && (!(j->sums = malloc((size_t)j->R * j->nchunks * sizeof *j->sums)) ||
+	                   !(j->differs = calloc(j->nchunks, sizeof *j->differs))))
 		return dvar_error_set(DVAR_ENOMEM, "out of memory");
 	for (size_t i = 0; i < j->n; i++)
 		if (staged(j, &j->items[i]))
@@ -124,23 +127,11 @@ int dvar_store_stage_alloc(save_job *j)
 	return DVAR_OK;
 }
 
-/* Checksum src in CHECK_CHUNK pieces into sums, copying it to dst on the
- * way when dst is not NULL (block by block, while each is in cache). */
-static void checksum_copy(uint32_t *sums, unsigned char *dst, const unsigned char *src, size_t n)
+/* Checksum src in CHECK_CHUNK pieces into sums. */
+static void checksum(uint32_t *sums, const unsigned char *src, size_t n)
 {
-	for (size_t off = 0; off < n; off += CHECK_CHUNK) {
-		size_t len = n - off < CHECK_CHUNK ? n - off : CHECK_CHUNK;
-		uint32_t crc = 0;
-
-		for (size_t b = 0; b < len; b += COPY_BLOCK) {
-			size_t bl = len - b < COPY_BLOCK ? len - b : COPY_BLOCK;
-
-			if (dst)
-				memcpy(dst + off + b, src + off + b, bl);
-			crc = dvar_crc32c_extend(crc, src + off + b, bl);
-		}
-		*sums++ = crc;
-	}
+	for (size_t off = 0; off < n; off += CHECK_CHUNK)
+		*sums++ = dvar_crc32c(src + off, n - off < CHECK_CHUNK ? n - off : CHECK_CHUNK);
 }
 
 /*
@@ -186,8 +177,7 @@ static int stage_device_finish(save_job *j, int local)
 
 		if (it->v && it->nbytes && !reduced(it) && local == 0 && it->writer == j->worker &&
 		    it->checked && !defers(j, it, local))
-			checksum_copy(j->sums + (size_t)local * j->nchunks + it->chunk0, NULL, it->owned,
-			              it->nbytes);
+			checksum(j->sums + it->chunk0, it->owned, it->nbytes);
 	}
 	return DVAR_OK;
 }
@@ -213,12 +203,89 @@ static int stage_device_aggregate(save_job *j, dvar_replica *ctx, item *it, int 
 	return rc == DVAR_OK ? DVAR_OK : dvar_error_prefix("saving '%s'", it->name);
 }
 
+/* ---------------------------------------------------------------- host values */
+
+/* What a staging run does with a host value (mirrored, or ONLY_FIRST_REPLICA). */
+enum { DO_COPY = 1, DO_SUM = 2, DO_COMPARE = 4 };
+
+static int host_work(const save_job *j, const item *it)
+{
+	int work = 0;
+
+	if (!it->v || !it->nbytes || reduced(it))
+		return 0;
+	if (j->phase == PHASE_VALUES && it->owned && !it->packed)
+		work |= DO_COPY; /* into staging, for the writer */
+	if (it->checked && (j->async ? j->phase == PHASE_VALUES : j->phase == PHASE_CHECK)) {
+		if (j->R > 1)
+			work |= DO_COMPARE;
+		if (!defers(j, it, 0))
+			work |= DO_SUM;
+	}
+	return work;
+}
+
+/*
+ * One piece of a host value, at off: the primary's bytes copied into
+ * staging, checksummed for the comparison between workers, and compared
+ * with every other local replica's, block by block. Records the lowest
+ * local replica whose piece differs (0: none).
+ */
+static void stage_piece(save_job *j, const item *it, int work, size_t off)
+{
+	size_t len = it->nbytes - off < CHECK_CHUNK ? it->nbytes - off : CHECK_CHUNK;
+	size_t c = it->chunk0 + off / CHECK_CHUNK;
+	const unsigned char *primary = (const unsigned char *)dvar_variable_component(it->v, 0) + off;
+	uint32_t crc = 0;
+	int differs = 0;
+
+	for (size_t b = 0; b < len; b += COPY_BLOCK) {
+		size_t bl = len - b < COPY_BLOCK ? len - b : COPY_BLOCK;
+
+		if (work & DO_COPY)
+			memcpy(it->owned + off + b, primary + b, bl);
+		if (work & DO_SUM)
+			crc = dvar_crc32c_extend(crc, primary + b, bl);
+		for (int r = 1; (work & DO_COMPARE) && r < (differs ? differs : j->R); r++)
+			if (memcmp((const unsigned char *)dvar_variable_component(it->v, r) + off + b,
+			           primary + b, bl) != 0) {
+				differs = r;
+				break;
+			}
+	}
+	if (work & DO_SUM)
+		j->sums[c] = crc;
+	if (work & DO_COMPARE)
+		j->differs[c] = differs;
+}
+
+/*
+ * A replica's share of the host values' work: their pieces are dealt out to
+ * the local replicas in turn, so that the copies, checksums and comparisons
+ * of one worker run on all its replicas' threads at once, each piece on one
+ * (its results in its own slots).
+ */
+static void stage_host(save_job *j, int local)
+{
+	size_t piece = 0;
+
+	for (size_t i = 0; i < j->n; i++) {
+		const item *it = &j->items[i];
+		int work = host_work(j, it);
+
+		for (size_t off = 0; work && off < it->nbytes; off += CHECK_CHUNK, piece++)
+			if (piece % (size_t)j->R == (size_t)local)
+				stage_piece(j, it, work, off);
+	}
+}
+
 /*
  * A staging run, on every replica: the SUM and MEAN aggregates (TF's
  * OnReadPolicy._get_cross_replica, the same collective and bytes as
  * dvar_variable_read cross-replica, but from replica context, so an open
- * function scope is not marked: TF saves in a save context), the checksums
- * of this replica's mirrored components, and local replica 0's copies.
+ * function scope is not marked: TF saves in a save context), and this
+ * replica's share of the copies into staging and of the replica check
+ * (stage_host; on GPUs each replica checksums its own component).
  */
 static int stage_replica(dvar_replica *ctx, void *arg)
 {
@@ -252,26 +319,15 @@ static int stage_replica(dvar_replica *ctx, void *arg)
 				free(buf);
 			if (rc != DVAR_OK)
 				rc = dvar_error_prefix("saving '%s'", it->name);
-		} else if (it->v && it->nbytes && !reduced(it)) {
-			const unsigned char *src = dvar_variable_component(it->v, local);
-			unsigned char *dst = keeper && j->phase == PHASE_VALUES ? it->owned : NULL;
-			unsigned char *rows = dst && it->packed ? dst : NULL;
-
-			if (rows)
-				dst = NULL; /* the changed rows only, gathered below */
-			if (defers(j, it, local))
-				memcpy(dst, src, it->nbytes);
-			else if (it->checked && (j->async || j->phase == PHASE_CHECK))
-				checksum_copy(j->sums + (size_t)local * j->nchunks + it->chunk0, dst, src,
-				              it->nbytes);
-			else if (dst)
-				memcpy(dst, src, it->nbytes);
-			if (rows)
-				dvar_store_gather_rows(it, src, rows);
+		} else if (it->v && keeper && it->packed && j->phase == PHASE_VALUES) {
+			/* A delta's changed rows, gathered from the primary. */
+			dvar_store_gather_rows(it, dvar_variable_component(it->v, 0), it->owned);
 		}
 	}
 	if (rc == DVAR_OK && j->phase == PHASE_VALUES && dvar_mem_on_device(j->s))
 		rc = stage_device_finish(j, local);
+	if (rc == DVAR_OK && !dvar_mem_on_device(j->s))
+		stage_host(j, local);
 	return rc;
 }
 
@@ -311,8 +367,7 @@ void dvar_store_checksum_deferred(save_job *j)
 {
 	for (size_t i = 0; i < j->n; i++)
 		if (defers(j, &j->items[i], 0))
-			checksum_copy(j->sums + j->items[i].chunk0, NULL, j->items[i].owned,
-			              j->items[i].nbytes);
+			checksum(j->sums + j->items[i].chunk0, j->items[i].owned, j->items[i].nbytes);
 }
 
 /*
@@ -338,14 +393,15 @@ static unsigned char *check_payload(const save_job *j, size_t *len)
 
 		if (!it->checked)
 			continue;
-		for (int r = 1; r < j->R && bad[0] < 0; r++)
-			for (size_t c = 0; c < chunks; c++)
-				if (j->sums[(size_t)r * j->nchunks + it->chunk0 + c] !=
-				    j->sums[it->chunk0 + c]) {
-					bad[0] = r;
-					bad[1] = (int64_t)c;
-					break;
-				}
+		/* The lowest replica that differs anywhere, and its first piece. */
+		for (size_t c = 0; c < chunks; c++) {
+			int r = j->differs[it->chunk0 + c];
+
+			if (r && (bad[0] < 0 || r < bad[0])) {
+				bad[0] = r;
+				bad[1] = (int64_t)c;
+			}
+		}
 		memcpy(q, bad, 16);
 		q += 16;
 	}
@@ -429,12 +485,25 @@ int dvar_store_stage(save_job *j, int phase)
 	return dvar_strategy_run(j->s, stage_replica, j);
 }
 
+/* On GPUs every replica checksummed its own component: which differ from the primary's. */
+static void compare_device_sums(save_job *j)
+{
+	for (size_t c = 0; c < j->nchunks; c++) {
+		j->differs[c] = 0;
+		for (int r = 1; r < j->R && !j->differs[c]; r++)
+			if (j->sums[(size_t)r * j->nchunks + c] != j->sums[c])
+				j->differs[c] = r;
+	}
+}
+
 /* Round 3's payload (check_payload) from every worker, judged alike by all. */
 int dvar_store_agree_on_replicas(save_job *j, int rc)
 {
 	unsigned char *payload = NULL, *all = NULL;
 	size_t len = 0, *offs = NULL;
 
+	if (rc == DVAR_OK && dvar_mem_on_device(j->s))
+		compare_device_sums(j);
 	if (rc == DVAR_OK && !(payload = check_payload(j, &len)))
 		rc = dvar_error_set(DVAR_ENOMEM, "out of memory");
 	if (rc == DVAR_OK && !(offs = malloc(((size_t)j->W + 1) * sizeof *offs)))

@@ -232,6 +232,80 @@ static void test_async__replica_check(void **state)
 	}
 }
 
+/*
+ * Three replicas per worker: the pieces of the values are dealt out to the
+ * replicas' threads, so one thread may find replica 2 differing while
+ * another finds replica 1. The save names the lowest replica that differs,
+ * at its first differing piece, synchronous or not, and commits nothing;
+ * once the replicas agree, the copies made piece by piece on every thread
+ * are the values, whatever the caller assigns after dvar_save_async.
+ */
+static void test_async__replica_check_pieces(void **state)
+{
+	static const char *const names[3] = { "a", "b", "c" };
+	/* 5 pieces; 2.5 pieces and 12 bytes; a few bytes. */
+	const size_t n[3] = { 5 * MIB / 4, 5 * MIB / 8 + 3, 7 };
+	stu_topo t;
+	char *root, *path, want[256], check[32];
+	dvar_variable *vars[3];
+	int last;
+
+	(void)state;
+	assert_int_equal(stu_topo_open(&t, 3), DVAR_OK);
+	root = stu_shared_dir(t.s);
+	for (int k = 0; k < 3; k++) {
+		vars[k] = make_var(t.s, names[k], DVAR_FLOAT32, (int64_t)n[k], DVAR_SYNC_ON_WRITE,
+		                   DVAR_AGG_NONE);
+		assign_ramp(vars[k], k, 0.5);
+	}
+	/* On the last worker: replica 2 differs in piece 1 of 'a' and in 'b',
+	 * replica 1 in piece 4 of 'a'. */
+	last = (t.W - 1) * t.R;
+	change_replica(t.s, vars[0], last + 2, MIB / 4 + 9);
+	change_replica(t.s, vars[0], last + 1, MIB + 1);
+	change_replica(t.s, vars[1], last + 2, 3);
+	snprintf(want, sizeof want,
+	         "mirrored variable 'a': replica %d (worker %d) differs from replica %d (worker %d) "
+	         "in bytes [4194304, 5242880)",
+	         last + 1, t.W - 1, last, t.W - 1);
+	for (int async = 0; async < 2; async++) {
+		int rc = save_flags(t.s, root, 1, vars, 3, 0, async);
+
+		if (async) {
+			assert_int_equal(rc, DVAR_OK);
+			rc = dvar_save_wait(t.s);
+		}
+		assert_int_equal(rc, DVAR_EMISMATCH);
+		tu_assert_error_contains(want);
+		stu_sum_over_workers(t.s, 0);
+		assert_false(stu_exists_in(root, "ckpt-1"));
+		assert_int_equal(stu_count_prefix(root, ".ckpt-1"), 0);
+	}
+
+	/* Agreed again; changed right after the call returns. */
+	for (int k = 0; k < 3; k++)
+		assign_ramp(vars[k], k, 0.5);
+	assert_int_equal(save_flags(t.s, root, 1, vars, 3, 0, 1), DVAR_OK);
+	for (int k = 0; k < 3; k++)
+		assign_ramp(vars[k], -7, 3);
+	assert_int_equal(dvar_save_wait(t.s), DVAR_OK);
+	path = tu_path(root, "ckpt-1");
+	for (int k = 0; k < 3; k++) {
+		float *got = read_entry(path, names[k], n[k] * sizeof *got, check, sizeof check);
+
+		assert_string_equal(check, "");
+		for (size_t i = 0; i < n[k]; i++)
+			assert_true(got[i] == (float)(k + (double)(i % 1000) * 0.5));
+		free(got);
+	}
+	free(path);
+
+	for (int k = 0; k < 3; k++)
+		dvar_variable_free(vars[k]);
+	stu_drop_shared_dir(t.s, root);
+	dvar_strategy_free(t.s);
+}
+
 /* ---------------------------------------------------------------- asynchronous saves */
 
 #define NVARS 4
@@ -579,6 +653,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_async__replica_check),
+		cmocka_unit_test(test_async__replica_check_pieces),
 		cmocka_unit_test(test_async__same_as_sync),
 		cmocka_unit_test(test_async__failure_surfaces),
 		cmocka_unit_test(test_async__every_worker),
