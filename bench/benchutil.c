@@ -288,6 +288,21 @@ void bench_min_max(const double *v, int n, double *lo, double *hi)
 	}
 }
 
+void bench_ratio_min_max(const double *a, int na, const double *b, int nb, double *lo,
+                         double *hi)
+{
+	double v[BENCH_MAX_SAMPLES] = { 0 };
+
+	*lo = *hi = 0;
+	if (na == 0 || nb != na)
+		return;
+	if (na > BENCH_MAX_SAMPLES)
+		na = BENCH_MAX_SAMPLES;
+	for (int i = 0; i < na; i++)
+		v[i] = a[i] / b[i];
+	bench_min_max(v, na, lo, hi);
+}
+
 double bench_last(const double *v, int n)
 {
 	return n ? v[n - 1] : 0;

@@ -107,6 +107,11 @@ double bench_median_ratio(const double *a, int na, const double *b, int nb);
 /* The smallest and largest of v[0..n); both 0 for n = 0. */
 void bench_min_max(const double *v, int n, double *lo, double *hi);
 
+/* The smallest and largest over i of a[i] / b[i] (the spread of the ratios
+ * bench_median_ratio takes the median of); both 0 when na is 0 or nb differs. */
+void bench_ratio_min_max(const double *a, int na, const double *b, int nb, double *lo,
+                         double *hi);
+
 /* The last of v[0..n), 0 for n = 0: the figure a progress line shows. */
 double bench_last(const double *v, int n);
 
