@@ -86,7 +86,7 @@ done:
 
 static int finish(dvar_writer *w, dvar_bytes *entries)
 {
-	int rc = dvar_writer_flush_packed(w);
+	int rc = dvar_writer_end_data(w);
 	if (rc)
 		return rc;
 	if (!(w->opts.flags & DVAR_WRITE_NO_FSYNC) && fsync(w->fd) != 0) {

@@ -36,6 +36,7 @@ struct dvar_writer {
 	int fd_direct; /* O_DIRECT, or -1 */
 	atomic_int direct_ok;
 	atomic_uint_least64_t next_offset;
+	atomic_uint_least64_t alloc_end; /* the data file is allocated up to here (reserve) */
 	atomic_uint_least64_t bytes_done;
 	/* DVAR_COMPRESS_AUTO's accounts (writer.c, auto_choice), by codec. */
 	dvar_cost cost[2];
@@ -80,9 +81,9 @@ struct dvar_writer {
 	size_t pack_n, pack_cap;
 };
 
-/* Write the block of packed chunks, giving them their offsets: before a
- * part's entries are encoded. */
-int dvar_writer_flush_packed(dvar_writer *w);
+/* Complete the data file before a part's entries are encoded: the block of
+ * packed chunks written (their offsets given), the file cut to its bytes. */
+int dvar_writer_end_data(dvar_writer *w);
 
 /* DVAR_EINVAL unless slices may be added: not finished, broken or streaming. */
 int dvar_writer_check_usable(const dvar_writer *w);
