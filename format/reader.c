@@ -4,7 +4,10 @@
  * slice's chunks are cut into boxes that are contiguous on disk, only the
  * chunks (for raw chunks, only the 64 KiB blocks) that meet the request are
  * read, every checksum is verified, and the pieces are copied into place in
- * parallel. Restore, reshard, export and `dvar cat` are all this one read.
+ * parallel. Bytes that are one run of the destination are read straight
+ * into it (whole chunks, the whole blocks of a partial one), large uncached
+ * ones with O_DIRECT. Restore, reshard, export and `dvar cat` are all this
+ * one read.
  * A slice stored raw and contiguous can also be mapped instead (dvar_reader_map).
  *
  * A TensorFlow checkpoint (TensorBundle) reads through the same code:
@@ -47,6 +50,11 @@ typedef struct {
 	int fd;       /* -1 when it could not be opened */
 	int err;      /* errno of the failed open */
 	uint64_t size;
+	/* O_DIRECT reads, set up on the first large one: the file opened with
+	 * O_DIRECT, and mapped to ask mincore what is cached (never touched). */
+	atomic_int direct;     /* 0: not set up yet, 1: ready, -1: unavailable or refused */
+	int direct_fd;
+	void *map;
 } data_file;
 
 /* A TF entry being read in order, part by part: its CRC so far. */
@@ -72,10 +80,12 @@ struct dvar_reader {
 	pthread_t owner;
 	double last_progress;
 	atomic_uint_least64_t bytes_read;
+	atomic_uint_least64_t bytes_direct; /* of which read with O_DIRECT */
 	atomic_uint_least64_t progress_done;
 	uint64_t progress_total;
 	dvar_stash *scratches; /* scratch *, reused across tasks and reads */
 	pthread_mutex_t runs_lock;
+	pthread_mutex_t direct_lock; /* setting up a file's O_DIRECT reads */
 	tf_run runs[TF_RUNS];
 	unsigned next_run;     /* the slot a new run takes when all are busy */
 };
@@ -316,6 +326,7 @@ static int open_files(dvar_reader *r)
 		data_file *df = &r->files[f];
 		char name[32];
 		df->fd = -1;
+		df->direct_fd = -1;
 		dvar_data_file_name(name, sizeof(name), f, r->header.num_files);
 		df->path = r->is_tf ? dvar_tf_data_path(r->dir, f, r->header.num_files)
 		                    : dvar_path_join(r->dir, name);
@@ -341,6 +352,19 @@ int dvar_read_options_init(dvar_read_options *opts, unsigned int version)
 
 static int open_reader(dvar_reader **out, const char *path, const dvar_read_options *opts,
                        dvar_pool *pool, size_t depth);
+
+/* Reads in flight at once by default: one read per CPU leaves a disk with a
+ * deep queue (virtio, NVMe) idle between them; four 4 MiB reads keep it busy. */
+#define READ_DEPTH 4
+
+/* Threads of a reader's pool: as asked, or by default the CPUs, at least READ_DEPTH. */
+static int pool_size(const dvar_read_options *opts)
+{
+	if (opts->threads > 0)
+		return opts->threads;
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	return cpus > READ_DEPTH ? (int)cpus : READ_DEPTH;
+}
 
 /*
  * A delta's chain: its base is the checkpoint the header names, in the same
@@ -424,8 +448,10 @@ static int open_reader(dvar_reader **out, const char *path, const dvar_read_opti
 	r->opts = opts ? *opts : def;
 	r->owner = pthread_self();
 	pthread_mutex_init(&r->runs_lock, NULL);
+	pthread_mutex_init(&r->direct_lock, NULL);
 	if (!(r->scratches = dvar_stash_create())) {
 		pthread_mutex_destroy(&r->runs_lock);
+		pthread_mutex_destroy(&r->direct_lock);
 		free(r);
 		return dvar_error_set(DVAR_ENOMEM, "out of memory");
 	}
@@ -435,7 +461,7 @@ static int open_reader(dvar_reader **out, const char *path, const dvar_read_opti
 	if (rc == 1) {
 		r->is_tf = 1;
 		if ((rc = dvar_tf_open_index(r->dir, &r->header, &r->vars, &r->num_vars)) ||
-		    (rc = open_files(r)) || (rc = dvar_pool_create(&r->pool, r->opts.threads)))
+		    (rc = open_files(r)) || (rc = dvar_pool_create(&r->pool, pool_size(&r->opts))))
 			goto fail;
 		*out = r;
 		goto fail;   /* rc is DVAR_OK: only the cleanup */
@@ -467,7 +493,7 @@ static int open_reader(dvar_reader **out, const char *path, const dvar_read_opti
 	if (pool) {
 		r->pool = pool;
 		r->shares_pool = 1;
-	} else if ((rc = dvar_pool_create(&r->pool, r->opts.threads))) {
+	} else if ((rc = dvar_pool_create(&r->pool, pool_size(&r->opts)))) {
 		goto fail;
 	}
 	if (r->header.chain_len && (rc = open_base(r, depth)))
@@ -503,6 +529,10 @@ void dvar_reader_free(dvar_reader *r)
 	for (uint32_t f = 0; r->files && f < r->header.num_files; f++) {
 		if (r->files[f].fd >= 0)
 			close(r->files[f].fd);
+		if (atomic_load(&r->files[f].direct) && r->files[f].direct_fd >= 0)
+			close(r->files[f].direct_fd);
+		if (r->files[f].map)
+			munmap(r->files[f].map, (size_t)r->files[f].size);
 		free(r->files[f].path);
 	}
 	free(r->files);
@@ -512,6 +542,7 @@ void dvar_reader_free(dvar_reader *r)
 	dvar_stash_free(r->scratches, scratch_release);
 	dvar_header_clear(&r->header);
 	pthread_mutex_destroy(&r->runs_lock);
+	pthread_mutex_destroy(&r->direct_lock);
 	free(r->dir);
 	free(r);
 }
@@ -754,6 +785,128 @@ static int chunk_error(const dvar_reader *r, const dvar_var_entry *v, const dvar
 
 #define WHY_MAX DVAR_ERROR_MESSAGE_MAX
 
+/* ---------------------------------------------------------------- O_DIRECT */
+
+/*
+ * A large read of data that is not in the page cache goes straight from the
+ * disk into the destination with O_DIRECT: no copy out of the page cache
+ * (half the CPU of a cold buffered read here), and no readahead racing the
+ * reads in flight. Data already cached is read through the cache, as is
+ * whatever O_DIRECT cannot take: unaligned heads and tails, destinations
+ * not aligned like the file, file systems that refuse it (then quietly).
+ */
+#define DIRECT_ALIGN 4096u          /* offsets, lengths and addresses, for every device */
+#define DIRECT_MIN ((uint64_t)1 << 20) /* smaller reads gain nothing and lose readahead */
+
+static atomic_int direct_mode = DVAR_DIRECT_AUTO;
+
+void dvar_reader__direct(int mode)
+{
+	atomic_store(&direct_mode, mode);
+}
+
+uint64_t dvar_reader__bytes_direct(const dvar_reader *r)
+{
+	uint64_t n = 0;
+	for (; r; r = r->base)
+		n += atomic_load(&r->bytes_direct);
+	return n;
+}
+
+/* Whether df can be read with O_DIRECT, setting it up on first use. */
+static int direct_ready(dvar_reader *r, data_file *df)
+{
+	int st = atomic_load(&df->direct);
+	if (st)
+		return st > 0;
+	pthread_mutex_lock(&r->direct_lock);
+	if (!(st = atomic_load(&df->direct))) {
+		void *m = MAP_FAILED;
+		df->direct_fd = open(df->path, O_RDONLY | O_DIRECT | O_CLOEXEC);
+		if (df->direct_fd >= 0 && df->size <= SIZE_MAX)
+			m = mmap(NULL, (size_t)df->size, PROT_READ, MAP_SHARED, df->fd, 0);
+		if (m == MAP_FAILED) {
+			if (df->direct_fd >= 0)
+				close(df->direct_fd);
+			df->direct_fd = -1;
+			st = -1;
+		} else {
+			df->map = m;
+			st = 1;
+		}
+		atomic_store(&df->direct, st);
+	}
+	pthread_mutex_unlock(&r->direct_lock);
+	return st > 0;
+}
+
+/* Whether no page of [off, off + len) of df is in the page cache. */
+static int not_cached(const data_file *df, uint64_t off, uint64_t len)
+{
+	static long page;
+	unsigned char vec[256];
+	if (!page && (page = sysconf(_SC_PAGESIZE)) <= 0)
+		page = 4096;
+	uint64_t p0 = off / (uint64_t)page, p1 = (off + len + (uint64_t)page - 1) / (uint64_t)page;
+	for (uint64_t p = p0; p < p1; p += sizeof(vec)) {
+		uint64_t n = p1 - p < sizeof(vec) ? p1 - p : sizeof(vec);
+		if (mincore((char *)df->map + p * (uint64_t)page, (size_t)(n * (uint64_t)page), vec))
+			return 0;
+		for (uint64_t k = 0; k < n; k++)
+			if (vec[k] & 1)
+				return 0;
+	}
+	return 1;
+}
+
+/* [off, off + len) of df into dst with O_DIRECT (all aligned): DVAR_OK,
+ * or 1 when the file system refuses it, which then reads it buffered. */
+static int read_direct(dvar_reader *r, data_file *df, unsigned char *dst, uint64_t len, uint64_t off)
+{
+	uint64_t done = 0;
+	while (done < len) {
+		ssize_t n = atomic_load(&direct_mode) == DVAR_DIRECT_REFUSED
+		            ? (errno = EINVAL, -1)
+		            : pread(df->direct_fd, dst + done, (size_t)(len - done), (off_t)(off + done));
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && errno == EINVAL && done == 0) {
+			atomic_store(&df->direct, -1);
+			return 1;
+		}
+		if (n <= 0 || (uint64_t)n % DIRECT_ALIGN)
+			break; /* errors and short reads: the rest buffered, which says what is wrong */
+		done += (uint64_t)n;
+	}
+	atomic_fetch_add(&r->bytes_direct, done);
+	if (done < len)
+		return dvar_fs_pread_all(df->fd, dst + done, (size_t)(len - done), off + done, df->path);
+	return DVAR_OK;
+}
+
+/* len bytes at off of df into dst: the aligned middle of a large uncached
+ * read with O_DIRECT, everything else through the page cache. */
+static int read_at(dvar_reader *r, data_file *df, unsigned char *dst, uint64_t len, uint64_t off)
+{
+	int mode = atomic_load(&direct_mode);
+	uint64_t head = (DIRECT_ALIGN - off % DIRECT_ALIGN) % DIRECT_ALIGN;
+	uint64_t mid = len > head ? (len - head) / DIRECT_ALIGN * DIRECT_ALIGN : 0;
+	int rc;
+	if (mode != DVAR_DIRECT_OFF && mid >= DIRECT_MIN &&
+	    ((uintptr_t)dst + head) % DIRECT_ALIGN == 0 && direct_ready(r, df) &&
+	    (mode != DVAR_DIRECT_AUTO || not_cached(df, off + head, mid))) {
+		rc = read_direct(r, df, dst + head, mid, off + head);
+		if (rc == DVAR_OK && head)
+			rc = dvar_fs_pread_all(df->fd, dst, (size_t)head, off, df->path);
+		if (rc == DVAR_OK && head + mid < len)
+			rc = dvar_fs_pread_all(df->fd, dst + head + mid, (size_t)(len - head - mid),
+			                       off + head + mid, df->path);
+		if (rc != 1)
+			return rc;
+	}
+	return dvar_fs_pread_all(df->fd, dst, (size_t)len, off, df->path);
+}
+
 /*
  * The checksum of a TensorBundle entry (a WHOLE chunk of len bytes at p) of
  * variable v, saved slice s: fixed-width dtypes over the bytes; string
@@ -858,7 +1011,7 @@ static int load_chunk(dvar_reader *r, const dvar_var_entry *v, const dvar_slice_
                       uint64_t lo, uint64_t hi, unsigned char *out, scratch *sc, char *why)
 {
 	const dvar_chunk *c = &s->chunks[ci];
-	const data_file *df = &r->files[s->file];
+	data_file *df = &r->files[s->file];
 	uint64_t raw_len = dvar_chunk_raw_len(s, ci);
 	int rc;
 	if (df->fd < 0) {
@@ -887,7 +1040,7 @@ static int load_chunk(dvar_reader *r, const dvar_var_entry *v, const dvar_slice_
 			goto failed;
 		dst = sc->packed;
 	}
-	if ((rc = dvar_fs_pread_all(df->fd, dst, (size_t)len, off, df->path)))
+	if ((rc = read_at(r, df, dst, len, off)))
 		goto failed;
 	atomic_fetch_add(&r->bytes_read, len);
 	if (c->codec == DVAR_CODEC_WHOLE)
@@ -1022,6 +1175,9 @@ typedef struct {
 	size_t slice, chunk;
 	uint64_t lo, hi;  /* bytes of the chunk to load */
 	int direct;       /* load straight into the destination */
+	/* Not direct: the bytes of the chunk the request needs, and when they
+	 * are one run of the destination, where it starts (else UINT64_MAX). */
+	uint64_t need_lo, need_hi, into;
 } task;
 
 typedef struct {
@@ -1036,6 +1192,9 @@ typedef struct {
 	/* for_each_box callbacks */
 	uint64_t need_lo, need_hi;
 	int any;
+	uint64_t into;           /* where in want the first needed element goes */
+	int run;                 /* what is needed so far is one run of want's buffer */
+	uint64_t run_src, run_dst; /* elements just past that run, in the saved slice and in want */
 	const dvar_slice *src_slice;
 } read_ctx;
 
@@ -1050,10 +1209,21 @@ static int note_need(void *ud, const dvar_slice *box, uint64_t flat)
 	for (int d = 0; d < x.rank; d++)
 		last[d] = x.start[d] + x.length[d] - 1;
 	uint64_t lo = flat_in(ctx->src_slice, x.start), hi = flat_in(ctx->src_slice, last) + 1;
+	/* Boxes come in order: the needed elements stay one run of both buffers
+	 * while each part is contiguous in both and follows the last in both. */
+	uint64_t n = 0, dlo = 0;
+	dvar_slice_num_elements(&x, &n);
+	int run = hi - lo == n && contiguous_in(&x, ctx->want, &dlo) &&
+	          (!ctx->any || (ctx->run && lo == ctx->run_src && dlo == ctx->run_dst));
+	ctx->run = run;
+	ctx->run_src = hi;
+	ctx->run_dst = dlo + n;
 	if (!ctx->any || lo < ctx->need_lo)
 		ctx->need_lo = lo;
 	if (!ctx->any || hi > ctx->need_hi)
 		ctx->need_hi = hi;
+	if (!ctx->any)
+		ctx->into = dlo;
 	ctx->any = 1;
 	return DVAR_OK;
 }
@@ -1096,7 +1266,7 @@ static int plan(read_ctx *ctx)
 		for (size_t ci = c_lo; ci <= c_hi && ci < s->num_chunks; ci++) {
 			uint64_t raw_len = dvar_chunk_raw_len(s, ci);
 			uint64_t base = (uint64_t)ci * s->chunk_size;
-			task t = { j, ci, 0, raw_len, direct };
+			task t = { j, ci, 0, raw_len, direct, 0, 0, UINT64_MAX };
 			if (!direct) {
 				ctx->any = 0;
 				ctx->src_slice = &s->slice;
@@ -1104,6 +1274,10 @@ static int plan(read_ctx *ctx)
 				if (!ctx->any)
 					continue;
 				uint64_t lo = ctx->need_lo * ctx->esize - base, hi = ctx->need_hi * ctx->esize - base;
+				t.need_lo = lo;
+				t.need_hi = hi;
+				if (ctx->run)
+					t.into = ctx->into * ctx->esize;
 				if (s->chunks[ci].codec == DVAR_CODEC_RAW) {
 					t.lo = lo / DVAR_BLOCK_SIZE * DVAR_BLOCK_SIZE;
 					t.hi = (hi + DVAR_BLOCK_SIZE - 1) / DVAR_BLOCK_SIZE * DVAR_BLOCK_SIZE;
@@ -1139,6 +1313,48 @@ static int copy_box(void *ud, const dvar_slice *box, uint64_t flat)
 	                       cc->ctx->dst, cc->ctx->want);
 }
 
+/* Bytes [lo, hi) of chunk ci (whole blocks) through scratch; bytes [a, b) of them to d. */
+static int load_edge(read_ctx *ctx, const dvar_slice_entry *s, size_t ci, uint64_t lo, uint64_t hi,
+                     uint64_t a, uint64_t b, unsigned char *d, scratch *sc, char *why)
+{
+	int rc = grow(&sc->raw, &sc->raw_cap, (size_t)(hi - lo));
+	if (rc)
+		snprintf(why, WHY_MAX, "%s", dvar_error_last()->message);
+	else if (!(rc = load_chunk(ctx->r, ctx->v, s, ci, lo, hi, sc->raw, sc, why)))
+		memcpy(d, sc->raw + (a - lo), (size_t)(b - a));
+	return rc;
+}
+
+/*
+ * A task whose needed bytes [a, b) of its chunk are one run of the
+ * destination: the whole checksum blocks among them load straight into
+ * place, only the blocks at either edge (which hold bytes not wanted)
+ * through scratch. 1 when the chunk cannot be read so (an lz4 chunk
+ * needed in part, a run inside one block).
+ */
+static int load_into(read_ctx *ctx, const task *t, scratch *sc, char *why)
+{
+	const dvar_slice_entry *s = &ctx->v->slices[t->slice];
+	const dvar_chunk *c = &s->chunks[t->chunk];
+	uint64_t a = t->need_lo, b = t->need_hi, raw_len = dvar_chunk_raw_len(s, t->chunk);
+	unsigned char *d = ctx->dst + t->into;
+	int rc = DVAR_OK;
+	if (c->codec != DVAR_CODEC_RAW)
+		return c->codec == DVAR_CODEC_WHOLE || (a == 0 && b == raw_len)
+		       ? load_chunk(ctx->r, ctx->v, s, t->chunk, t->lo, t->hi, d, sc, why) : 1;
+	uint64_t m0 = (a + DVAR_BLOCK_SIZE - 1) / DVAR_BLOCK_SIZE * DVAR_BLOCK_SIZE;
+	uint64_t m1 = b == raw_len ? b : b / DVAR_BLOCK_SIZE * DVAR_BLOCK_SIZE;
+	if (m0 >= m1)
+		return 1;
+	if (a < m0)
+		rc = load_edge(ctx, s, t->chunk, t->lo, m0, a, m0, d, sc, why);
+	if (!rc)
+		rc = load_chunk(ctx->r, ctx->v, s, t->chunk, m0, m1, d + (m0 - a), sc, why);
+	if (!rc && m1 < b)
+		rc = load_edge(ctx, s, t->chunk, m1, t->hi, m1, b, d + (m1 - a), sc, why);
+	return rc;
+}
+
 static int run_task(void *vctx, size_t i)
 {
 	read_ctx *ctx = vctx;
@@ -1153,6 +1369,9 @@ static int run_task(void *vctx, size_t i)
 	if (t->direct) {
 		unsigned char *out = ctx->dst + ctx->direct_first[t->slice] * ctx->esize + base;
 		if ((rc = load_chunk(ctx->r, ctx->v, s, t->chunk, 0, t->hi, out, sc, why)))
+			chunk_error(ctx->r, ctx->v, s, t->chunk, rc, why);
+	} else if (t->into != UINT64_MAX && (rc = load_into(ctx, t, sc, why)) != 1) {
+		if (rc)
 			chunk_error(ctx->r, ctx->v, s, t->chunk, rc, why);
 	} else if (!(rc = grow(&sc->raw, &sc->raw_cap, (size_t)(t->hi - t->lo)))) {
 		if ((rc = load_chunk(ctx->r, ctx->v, s, t->chunk, t->lo, t->hi, sc->raw, sc, why))) {
