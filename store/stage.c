@@ -105,7 +105,7 @@ int dvar_store_stage_alloc(save_job *j)
 			j->nchunks += (it->nbytes + CHECK_CHUNK - 1) / CHECK_CHUNK;
 		}
 	}
-	if (j->nchunks && (!(j->sums = malloc((size_t)j->R * j->nchunks * sizeof *j->sums)) ||
+	if (j->nchunks && (!(j->sums = calloc((size_t)j->R * j->nchunks, sizeof *j->sums)) ||
 	                   !(j->differs = calloc(j->nchunks, sizeof *j->differs))))
 		return dvar_error_set(DVAR_ENOMEM, "out of memory");
 	for (size_t i = 0; i < j->n; i++)
@@ -219,8 +219,8 @@ static int host_work(const save_job *j, const item *it)
 	if (it->checked && (j->async ? j->phase == PHASE_VALUES : j->phase == PHASE_CHECK)) {
 		if (j->R > 1)
 			work |= DO_COMPARE;
-		if (!defers(j, it, 0))
-			work |= DO_SUM;
+		if (j->W > 1 && !defers(j, it, 0))
+			work |= DO_SUM; /* for the comparison between workers */
 	}
 	return work;
 }
@@ -365,6 +365,9 @@ void dvar_store_point_at_data(save_job *j)
 
 void dvar_store_checksum_deferred(save_job *j)
 {
+	/* One worker's host replicas are compared byte for byte: no checksums. */
+	if (j->W == 1 && !dvar_mem_on_device(j->s))
+		return;
 	for (size_t i = 0; i < j->n; i++)
 		if (defers(j, &j->items[i], 0))
 			checksum(j->sums + j->items[i].chunk0, j->items[i].owned, j->items[i].nbytes);
