@@ -884,15 +884,20 @@ static int read_direct(dvar_reader *r, data_file *df, unsigned char *dst, uint64
 	return DVAR_OK;
 }
 
-/* len bytes at off of df into dst: the aligned middle of a large uncached
- * read with O_DIRECT, everything else through the page cache. */
-static int read_at(dvar_reader *r, data_file *df, unsigned char *dst, uint64_t len, uint64_t off)
+/*
+ * len bytes at off of df into dst: the aligned middle of a large uncached
+ * read with O_DIRECT when other reads are in flight beside it (deep),
+ * everything else through the page cache. Alone, a read is better off with
+ * the kernel's readahead, which O_DIRECT does without.
+ */
+static int read_at(dvar_reader *r, data_file *df, unsigned char *dst, uint64_t len, uint64_t off,
+                   int deep)
 {
 	int mode = atomic_load(&direct_mode);
 	uint64_t head = (DIRECT_ALIGN - off % DIRECT_ALIGN) % DIRECT_ALIGN;
 	uint64_t mid = len > head ? (len - head) / DIRECT_ALIGN * DIRECT_ALIGN : 0;
 	int rc;
-	if (mode != DVAR_DIRECT_OFF && mid >= DIRECT_MIN &&
+	if (mode != DVAR_DIRECT_OFF && (deep || mode == DVAR_DIRECT_ALWAYS) && mid >= DIRECT_MIN &&
 	    ((uintptr_t)dst + head) % DIRECT_ALIGN == 0 && direct_ready(r, df) &&
 	    (mode != DVAR_DIRECT_AUTO || not_cached(df, off + head, mid))) {
 		rc = read_direct(r, df, dst + head, mid, off + head);
@@ -1004,11 +1009,12 @@ static int follow_run(dvar_reader *r, const dvar_slice_entry *s, const dvar_chun
  * boundary. lz4 chunks are read and checked whole: lo = 0, hi = raw length.
  * WHOLE chunks (TF entries) read just [lo, hi); their one CRC covers the
  * whole entry, so it is checked when [lo, hi) is all of it, or ends a run
- * of parts read in order (follow_run). On failure, why says what is wrong
- * with the chunk (chunk_error adds where).
+ * of parts read in order (follow_run). deep: other reads are in flight
+ * beside this one (read_at). On failure, why says what is wrong with the
+ * chunk (chunk_error adds where).
  */
 static int load_chunk(dvar_reader *r, const dvar_var_entry *v, const dvar_slice_entry *s, size_t ci,
-                      uint64_t lo, uint64_t hi, unsigned char *out, scratch *sc, char *why)
+                      uint64_t lo, uint64_t hi, unsigned char *out, scratch *sc, int deep, char *why)
 {
 	const dvar_chunk *c = &s->chunks[ci];
 	data_file *df = &r->files[s->file];
@@ -1040,7 +1046,7 @@ static int load_chunk(dvar_reader *r, const dvar_var_entry *v, const dvar_slice_
 			goto failed;
 		dst = sc->packed;
 	}
-	if ((rc = read_at(r, df, dst, len, off)))
+	if ((rc = read_at(r, df, dst, len, off, deep)))
 		goto failed;
 	atomic_fetch_add(&r->bytes_read, len);
 	if (c->codec == DVAR_CODEC_WHOLE)
@@ -1320,7 +1326,7 @@ static int load_edge(read_ctx *ctx, const dvar_slice_entry *s, size_t ci, uint64
 	int rc = grow(&sc->raw, &sc->raw_cap, (size_t)(hi - lo));
 	if (rc)
 		snprintf(why, WHY_MAX, "%s", dvar_error_last()->message);
-	else if (!(rc = load_chunk(ctx->r, ctx->v, s, ci, lo, hi, sc->raw, sc, why)))
+	else if (!(rc = load_chunk(ctx->r, ctx->v, s, ci, lo, hi, sc->raw, sc, 0, why)))
 		memcpy(d, sc->raw + (a - lo), (size_t)(b - a));
 	return rc;
 }
@@ -1338,10 +1344,10 @@ static int load_into(read_ctx *ctx, const task *t, scratch *sc, char *why)
 	const dvar_chunk *c = &s->chunks[t->chunk];
 	uint64_t a = t->need_lo, b = t->need_hi, raw_len = dvar_chunk_raw_len(s, t->chunk);
 	unsigned char *d = ctx->dst + t->into;
-	int rc = DVAR_OK;
+	int deep = ctx->num_tasks > 1, rc = DVAR_OK;
 	if (c->codec != DVAR_CODEC_RAW)
 		return c->codec == DVAR_CODEC_WHOLE || (a == 0 && b == raw_len)
-		       ? load_chunk(ctx->r, ctx->v, s, t->chunk, t->lo, t->hi, d, sc, why) : 1;
+		       ? load_chunk(ctx->r, ctx->v, s, t->chunk, t->lo, t->hi, d, sc, deep, why) : 1;
 	uint64_t m0 = (a + DVAR_BLOCK_SIZE - 1) / DVAR_BLOCK_SIZE * DVAR_BLOCK_SIZE;
 	uint64_t m1 = b == raw_len ? b : b / DVAR_BLOCK_SIZE * DVAR_BLOCK_SIZE;
 	if (m0 >= m1)
@@ -1349,7 +1355,7 @@ static int load_into(read_ctx *ctx, const task *t, scratch *sc, char *why)
 	if (a < m0)
 		rc = load_edge(ctx, s, t->chunk, t->lo, m0, a, m0, d, sc, why);
 	if (!rc)
-		rc = load_chunk(ctx->r, ctx->v, s, t->chunk, m0, m1, d + (m0 - a), sc, why);
+		rc = load_chunk(ctx->r, ctx->v, s, t->chunk, m0, m1, d + (m0 - a), sc, deep, why);
 	if (!rc && m1 < b)
 		rc = load_edge(ctx, s, t->chunk, m1, t->hi, m1, b, d + (m1 - a), sc, why);
 	return rc;
@@ -1368,13 +1374,13 @@ static int run_task(void *vctx, size_t i)
 		return DVAR_ENOMEM;
 	if (t->direct) {
 		unsigned char *out = ctx->dst + ctx->direct_first[t->slice] * ctx->esize + base;
-		if ((rc = load_chunk(ctx->r, ctx->v, s, t->chunk, 0, t->hi, out, sc, why)))
+		if ((rc = load_chunk(ctx->r, ctx->v, s, t->chunk, 0, t->hi, out, sc, ctx->num_tasks > 1, why)))
 			chunk_error(ctx->r, ctx->v, s, t->chunk, rc, why);
 	} else if (t->into != UINT64_MAX && (rc = load_into(ctx, t, sc, why)) != 1) {
 		if (rc)
 			chunk_error(ctx->r, ctx->v, s, t->chunk, rc, why);
 	} else if (!(rc = grow(&sc->raw, &sc->raw_cap, (size_t)(t->hi - t->lo)))) {
-		if ((rc = load_chunk(ctx->r, ctx->v, s, t->chunk, t->lo, t->hi, sc->raw, sc, why))) {
+		if ((rc = load_chunk(ctx->r, ctx->v, s, t->chunk, t->lo, t->hi, sc->raw, sc, 0, why))) {
 			chunk_error(ctx->r, ctx->v, s, t->chunk, rc, why);
 		} else {
 			copy_ctx cc = { ctx, sc->raw, (base + t->lo) / ctx->esize };
@@ -1631,7 +1637,7 @@ int dvar_reader_read_strings(dvar_reader *r, size_t i, uint64_t *lens, uint64_t 
 		                      (unsigned long long)len, v->name);
 	/* load_chunk checks every checksum; decoding again cannot fail, but is checked anyway. */
 	size_t at = 0;
-	if ((rc = load_chunk(r, v, s, 0, 0, len, buf, NULL, why)))
+	if ((rc = load_chunk(r, v, s, 0, 0, len, buf, NULL, 0, why)))
 		chunk_error(r, v, s, 0, rc, why);
 	else if ((rc = dvar_tf_strings_decode(buf, (size_t)len, n, lens, &at, v->name)))
 		dvar_error_prefix("variable '%s'", v->name);
@@ -1670,7 +1676,7 @@ static int verify_chunk(void *vctx, size_t ci)
 	if (rc)
 		snprintf(why, sizeof(why), "%s", dvar_error_last()->message);
 	else
-		rc = load_chunk(ctx->r, ctx->v, ctx->s, ci, 0, len, sc->raw, sc, why);
+		rc = load_chunk(ctx->r, ctx->v, ctx->s, ci, 0, len, sc->raw, sc, 0, why);
 	if (sc)
 		dvar_stash_push(ctx->r->scratches, sc, scratch_release);
 	ctx->codes[ci] = rc;
