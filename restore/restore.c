@@ -323,7 +323,8 @@ static int assign_all(dvar_reader *r, target *targets, size_t n)
 				return dvar_error_prefix("restoring '%s'", t->name);
 			continue;
 		}
-		if (t->v && !(buf = malloc(t->nbytes)))
+		/* Page-aligned, so that a cold read can land in it with O_DIRECT. */
+		if (t->v && !(buf = dvar_page_alloc(t->nbytes, 0)))
 			return dvar_error_set(DVAR_ENOMEM, "restoring '%s': out of memory", t->name);
 		rc = dvar_reader_read(r, t->index, NULL, buf, t->nbytes);
 		if (rc != DVAR_OK)
