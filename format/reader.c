@@ -843,9 +843,9 @@ static int direct_ready(dvar_reader *r, data_file *df)
 /* Whether no page of [off, off + len) of df is in the page cache. */
 static int not_cached(const data_file *df, uint64_t off, uint64_t len)
 {
-	static long page;
+	long page = sysconf(_SC_PAGESIZE);
 	unsigned char vec[256];
-	if (!page && (page = sysconf(_SC_PAGESIZE)) <= 0)
+	if (page <= 0)
 		page = 4096;
 	uint64_t p0 = off / (uint64_t)page, p1 = (off + len + (uint64_t)page - 1) / (uint64_t)page;
 	for (uint64_t p = p0; p < p1; p += sizeof(vec)) {
