@@ -517,12 +517,9 @@ static void report(void)
 	const char *how = g.fsync ? "+ fsync" : "(no fsync)";
 	const char *dio = g.direct_ok ? "O_DIRECT" : "buffered";
 	double lo, hi, cost = check_cost(&lo, &hi);
-	uint64_t worst = g.t[T_SHARED].bytes;
-	static const bench_goal_style style = { 58, 8, 2, 1, 0 };
+	static const bench_goal_style style = { 58, 8, 22, 1, 0 };
 	char label[96], threads[32];
 
-	worst = g.t[T_SKIP].bytes > worst ? g.t[T_SKIP].bytes : worst;
-	worst = g.t[T_WAIT].bytes > worst ? g.t[T_WAIT].bytes : worst;
 	bench_threads_text(threads, sizeof threads, g.threads);
 
 	printf("\n%s: dvar %s, W = %d workers x R = %d replicas; %d float32 ON_WRITE variables "
@@ -546,7 +543,7 @@ static void report(void)
 	printf("  %-46s %7s %-15s %6s %13s %7s %6s %6s  %s\n", "case", "wall s", " [min-max]",
 	       "CPU s", "bytes", "/unique", "GB/s", "vs (a)", "vs limit");
 	printf("machine, same bytes, same run\n");
-	row("memcpy, whole state, 1 thread, pre-faulted", T_MEMCPY, -1, "");
+	row("memcpy of a worker's state, 1 thread", T_MEMCPY, -1, "");
 	snprintf(label, sizeof label, "raw %s write %s, a file per worker", dio, how);
 	row(label, T_RAW_SHARE, -1, "");
 	snprintf(label, sizeof label, "raw %s write %s, one file (chief)", dio, how);
@@ -559,22 +556,36 @@ static void report(void)
 	row("(e) dvar_save_async: stall (until it returns)", T_STALL, T_MEMCPY, "memcpy");
 	row("    dvar_save_async + dvar_save_wait", T_WAIT, T_RAW_SHARE, "raw per worker");
 	printf("\nreplica check cost (c - d) / d: %+.1f %% [%+.1f, %+.1f] over the repeats; "
-	       "%+.3f CPU s per save\n(all workers; it checksums R x W = %d copies of the state, "
-	       "%.2f GB)\n",
+	       "%+.3f CPU s per save\n(all workers; it reads R x W = %d copies of the state, "
+	       "%.2f GB: each worker's other replicas compared with its primary, the primaries "
+	       "checksummed when W > 1)\n",
 	       100 * cost, 100 * lo, 100 * hi, check_cpu(), g.R * g.W,
 	       (double)g.unique * g.R * g.W / 1e9);
-	printf("async stall / memcpy of the whole state: %.2fx\n", ratio(T_STALL, T_MEMCPY));
+	printf("async stall / memcpy of the worker's state (the whole state, pre-faulted): %.2fx\n",
+	       ratio(T_STALL, T_MEMCPY));
 	printf("raw per worker / raw one file: %.2fx (the lowest (c) / (a) this disk allows)\n",
 	       ratio(T_RAW_SHARE, T_RAW_ONE));
 
+	/* Each goal with the spread of its per-repeat values and the repeat count. */
+	char vs_raw[96], check[96], stall[96], spread[3][64];
+	double rlo, rhi, slo, shi;
+
+	bench_ratio_min_max(g.t[T_SHARED].wall, g.t[T_SHARED].n, g.t[T_RAW_SHARE].wall,
+	                    g.t[T_RAW_SHARE].n, &rlo, &rhi);
+	bench_ratio_min_max(g.t[T_STALL].wall, g.t[T_STALL].n, g.t[T_MEMCPY].wall, g.t[T_MEMCPY].n,
+	                    &slo, &shi);
+	snprintf(spread[0], sizeof spread[0], "x [%.2f-%.2f] %d runs", rlo, rhi, g.t[T_SHARED].n);
+	snprintf(spread[1], sizeof spread[1], "%% [%+.1f, %+.1f] %d runs", 100 * lo, 100 * hi,
+	         g.t[T_SHARED].n);
+	snprintf(spread[2], sizeof spread[2], "x [%.2f-%.2f] %d runs", slo, shi, g.t[T_STALL].n);
+	snprintf(vs_raw, sizeof vs_raw, "W=%dxR=%d (c) dvar_save / raw write per worker <= 1.1x",
+	         g.W, g.R);
+	snprintf(check, sizeof check, "replica check cost (c - d) / d <= 3%%");
+	snprintf(stall, sizeof stall, "async stall (e) / memcpy of the worker's state <= 1.2x");
 	bench_goal gl[] = {
-		{ "bytes written by dvar_save <= 1.001x unique ((c) (d) (e))",
-		  (double)worst / (double)g.unique, 1.001, 1, "x" },
-		{ "(c) dvar_save wall <= 0.6x (a) one writer", ratio(T_SHARED, T_ONE_WRITER), 0.6, 1,
-		  "x" },
-		{ "replica check cost (c - d) / d <= 3%", 100 * cost, 3, 1, "%" },
-		{ "async stall <= 1.2x memcpy of the whole state", ratio(T_STALL, T_MEMCPY), 1.2, 1,
-		  "x" },
+		{ vs_raw, ratio(T_SHARED, T_RAW_SHARE), 1.1, 1, spread[0] },
+		{ check, 100 * cost, 3, 1, spread[1] },
+		{ stall, ratio(T_STALL, T_MEMCPY), 1.2, 1, spread[2] },
 	};
 	bench_print_goals(gl, (int)(sizeof gl / sizeof gl[0]), &style);
 }
@@ -591,7 +602,7 @@ static void usage(FILE *f)
 	        "  --dir DIR          where the scratch folder goes, on the disk to measure\n"
 	        "                     (default $TMPDIR or /tmp)\n"
 	        "  --repeat N         repeats; medians are reported (default 5, max %d)\n"
-	        "  --warmup N         untimed dvar_save calls first (default 1)\n"
+	        "  --warmup N         untimed dvar_save + dvar_save_async pairs first (default 1)\n"
 	        "  --threads N        writer threads per worker (default 0 = all CPUs)\n"
 	        "  --compress MODE    none (default), auto or lz4\n"
 	        "  --no-fsync         skip fsync in every write (default: fsync'ed writes)\n"
@@ -835,8 +846,22 @@ int main(int argc, char **argv)
 	fill_weights((float *)g.src, g.unique / 4);
 	create_state();
 
+	/* Untimed: a save and an asynchronous save, whose staging (kept from
+	 * save to save) is then allocated and touched, as in a training loop. */
 	for (int i = 0; i < g.warmup; i++) {
+		dvar_save_options so = DVAR_SAVE_OPTIONS_INIT;
+		dvar_write_options wo;
+
 		case_save(0, 1000000 + i, 0, NULL);
+		settle();
+		write_options(&wo);
+		so.write = &wo;
+		bench_check(dvar_save_async(g.s, g.shared_root, 2000000 + i, g.v, (size_t)g.vars, &so),
+		            "dvar_save_async");
+		bench_check(dvar_save_wait(g.s), "dvar_save_wait");
+		bench_mpi_barrier();
+		if (g.rank == 0)
+			bench_remove_tree(g.shared_root);
 		settle();
 	}
 	for (int r = 0; r < g.repeat; r++) {
