@@ -638,17 +638,12 @@ typedef struct {
 	int *kind;
 } trial_list;
 
-static void trials_path(char *p, const char *name)
-{
-	join(p, work, name);
-}
-
 static void write_trials(const trial_list *t)
 {
 	char p[1100];
 	FILE *f;
 
-	trials_path(p, "trials");
+	join(p, work, "trials");
 	if (!(f = fopen(p, "w")))
 		die("write the trials");
 	fprintf(f, "%ld %" PRId64 "\n", t->n, t->step);
@@ -663,7 +658,7 @@ static void read_trials(trial_list *t)
 	char p[1100];
 	FILE *f;
 
-	trials_path(p, "trials");
+	join(p, work, "trials");
 	if (!(f = fopen(p, "r")) || fscanf(f, "%ld %" SCNd64, &t->n, &t->step) != 2)
 		die("read the trials");
 	t->at = malloc((size_t)(t->n + 1) * sizeof *t->at);
@@ -682,7 +677,7 @@ static void progress(const char *fmt, long a, long b)
 	char p[1100];
 	FILE *f;
 
-	trials_path(p, "progress");
+	join(p, work, "progress");
 	if (!(f = fopen(p, "a")))
 		die("progress");
 	fprintf(f, fmt, a, b);
@@ -761,22 +756,16 @@ static int rerun_in_job(job *j, const state *restored, int64_t row_step, long at
 }
 
 /* `--job FIRST` on every worker: trials FIRST.. of WORK/trials, each
- * checked by the chief; WORK/progress says how far it came. `--job -1`:
- * the next save only, after a job that died (WORK/trials' step). */
-static int job_main(long first)
+ * checked by the chief; WORK/progress says how far it came. With `--step
+ * S`, first the save of step S after a job that died. */
+static int job_main(long first, int64_t rerun_step)
 {
 	trial_list t;
 	int failures = 0;
 
 	read_trials(&t);
-	if (first < 0) {
-		t.n = 1;
-		t.step = next_step; /* --step */
-		t.at[0] = -1;
-		t.kind[0] = 0;
-		first = 0;
-	}
-	for (long i = first; i < t.n; i++) {
+	for (long i = rerun_step ? first - 1 : first; i < t.n; i++) {
+		int rerun = i < first; /* the save after a job that died */
 		job j = { 0 };
 		report mine, all[2];
 		static state before;
@@ -784,24 +773,25 @@ static int job_main(long first)
 		int me, bad = 0;
 		FILE *f;
 
-		next_step = t.step + 2 * i;
+		next_step = rerun ? rerun_step : t.step + 2 * i;
 		prepare(&j);
 		me = dvar_strategy_worker_id(j.s);
 		snprintf(name, sizeof name, "pid-%d", me);
-		trials_path(pid, name);
+		join(pid, work, name);
 		if ((f = fopen(pid, "w"))) {
 			fprintf(f, "%ld\n", (long)getpid());
 			fclose(f);
 		}
 		if (me == 0 && !read_latest(&before, why, sizeof why))
 			die(why);
-		if (t.at[i] < 0) {
-			/* The save after a job that died: only the rerun's checks. */
+		if (rerun) {
+			/* It commits and sweeps what the dead job left. */
 			bad = rerun_in_job(&j, &before, next_step, -1, 0);
 			if (me == 0)
-				progress("rerun %ld %ld\n", 0, bad);
+				progress("rerun %ld %ld\n", i, bad);
 			free_model(j.s, j.v);
-			return bad != 0;
+			failures += bad;
+			continue;
 		}
 		if (me == 0) {
 			keep_before(&before);
@@ -813,7 +803,7 @@ static int job_main(long first)
 			/* The count, and what each call was. */
 			char p[1100];
 			FILE *c;
-			trials_path(p, "count");
+			join(p, work, "count");
 			if (!(c = fopen(p, "w")))
 				die("count");
 			fprintf(c, "%ld\n", mine.calls);
@@ -842,8 +832,8 @@ static int job_main(long first)
 
 static char self[PATH_MAX];
 
-/* Run `--job FIRST` (or the next save at step, FIRST -1) under mpirun
- * within bound seconds; its output goes to WORK/job.log, whose lines
+/* Run `--job FIRST` (with `--step STEP` unless 0) under mpirun within
+ * bound seconds; its output goes to WORK/job.log, whose lines
  * that report (two spaces first) are shown. mpirun's status; 124: the
  * bound was reached. */
 static int run_job(long first, int64_t step, int bound)
@@ -852,9 +842,9 @@ static int run_job(long first, int64_t step, int bound)
 	FILE *f;
 	int st;
 
-	trials_path(log, "progress");
+	join(log, work, "progress");
 	unlink(log);
-	trials_path(log, "job.log");
+	join(log, work, "job.log");
 	snprintf(cmd, sizeof cmd,
 	         "timeout -k 5 %d '%s' -np %d --oversubscribe --bind-to none -x LD_PRELOAD "
 	         "'%s' '%s' '%s' --job %ld --step %" PRId64 " >'%s' 2>&1",
@@ -877,7 +867,7 @@ static void show_log(void)
 {
 	char cmd[2200], log[1100];
 
-	trials_path(log, "job.log");
+	join(log, work, "job.log");
 	snprintf(cmd, sizeof cmd, "tail -n 15 '%s' | sed 's/^/  | /'", log);
 	fflush(stdout);
 	if (system(cmd) != 0)
@@ -885,8 +875,8 @@ static void show_log(void)
 }
 
 /* How far the last job came: the last trial started and done (-1: none),
- * and the failures it found. */
-static void read_progress(long *started, long *done, long *bad)
+ * the failures it found, and whether its save after a dead job ran. */
+static void read_progress(long *started, long *done, long *bad, int *reran)
 {
 	char p[1100], word[16];
 	long i, b;
@@ -894,13 +884,17 @@ static void read_progress(long *started, long *done, long *bad)
 
 	*started = *done = -1;
 	*bad = 0;
-	trials_path(p, "progress");
+	*reran = 0;
+	join(p, work, "progress");
 	if (!(f = fopen(p, "r")))
 		return;
 	while (fscanf(f, "%15s %ld %ld", word, &i, &b) == 3) {
-		if (strcmp(word, "start") == 0)
+		if (strcmp(word, "start") == 0) {
 			*started = i;
-		else {
+		} else if (strcmp(word, "rerun") == 0) {
+			*reran = 1;
+			*bad += b;
+		} else {
 			*done = i;
 			*bad += b;
 		}
@@ -918,7 +912,7 @@ static int wait_gone(void)
 		FILE *f;
 
 		snprintf(name, sizeof name, "pid-%d", w);
-		trials_path(p, name);
+		join(p, work, name);
 		if (!(f = fopen(p, "r")))
 			continue;
 		if (fscanf(f, "%ld", &pid) != 1)
@@ -942,7 +936,7 @@ static void call_range(long calls, long *lo, long *hi)
 	long n = 0, commit = 0;
 	FILE *f;
 
-	trials_path(p, "count");
+	join(p, work, "count");
 	if (!(f = fopen(p, "r")) || !fgets(line, sizeof line, f))
 		die("read the count");
 	while (fgets(line, sizeof line, f)) {
@@ -971,7 +965,8 @@ static int two_workers(long sample, unsigned long seed)
 {
 	trial_list t = { 1, next_step, NULL, NULL };
 	long zero_at = 0, count, lo, hi, started, done, bad;
-	int zero_kind = 0, failures = 0, tried[NKINDS] = { 0 }, bound = 120;
+	int64_t rerun = 0;
+	int zero_kind = 0, failures = 0, tried[NKINDS] = { 0 }, bound = 120, reran;
 	char p[1100];
 	FILE *f;
 
@@ -979,12 +974,13 @@ static int two_workers(long sample, unsigned long seed)
 	t.at = &zero_at;
 	t.kind = &zero_kind;
 	write_trials(&t);
-	if (run_job(0, 0, bound) != 0 || (read_progress(&started, &done, &bad), done != 0 || bad)) {
+	if (run_job(0, 0, bound) != 0 ||
+	    (read_progress(&started, &done, &bad, &reran), done != 0 || bad)) {
 		fprintf(stderr, "fault_driver: %s fails without a fault\n", op);
 		show_log();
 		return 2;
 	}
-	trials_path(p, "count");
+	join(p, work, "count");
 	if (!(f = fopen(p, "r")) || fscanf(f, "%ld", &count) != 1)
 		die("read the count");
 	fclose(f);
@@ -1004,16 +1000,27 @@ static int two_workers(long sample, unsigned long seed)
 		t.kind[i] = (int)(pick % NKINDS);
 	}
 	write_trials(&t);
-	for (long first = 0; first < t.n;) {
-		int st = run_job(first, 0, bound + 2 * (int)(t.n - first));
-		long k;
-		read_progress(&started, &done, &bad);
+	/* After a job that died in trial k, the next one first saves the
+	 * step after k's (rerun), then goes on from trial k + 1. */
+	for (long first = 0, k = -1; first < t.n || rerun;) {
+		int st = run_job(first, rerun, bound + 2 * (int)(t.n - first));
+		read_progress(&started, &done, &bad, &reran);
 		failures += (int)bad;
+		if (rerun && !reran) {
+			printf("  %s after %s at call %ld of worker %d: the next job's save did not "
+			       "return (status %d)\n", op, kind_names[t.kind[k]], t.at[k], target, st);
+			show_log();
+			failures++;
+			break;
+		}
+		rerun = 0;
+		if (first >= t.n)
+			break;
 		for (long i = first; i <= done; i++)
 			tried[t.kind[i]]++;
 		if (st == 0 && done == t.n - 1)
 			break;
-		k = started > done ? started : done + 1;
+		k = started > done ? started : done >= first ? done + 1 : first;
 		if (k >= t.n) {
 			printf("  %s: the job ended with status %d after its last trial\n", op, st);
 			show_log();
@@ -1045,16 +1052,7 @@ static int two_workers(long sample, unsigned long seed)
 			load_before(&before);
 			failures += check_output(&r, 1, t.at[k], t.kind[k], &before);
 		}
-		/* A fresh job saves the next step, sweeping the dead one's files. */
-		next_step++;
-		st = run_job(-1, next_step, bound);
-		read_progress(&started, &done, &bad);
-		if (st != 0 || done != 0 || bad) {
-			printf("  %s after %s at call %ld of worker %d: the next job's save fails "
-			       "(status %d)\n", op, kind_names[t.kind[k]], t.at[k], target, st);
-			show_log();
-			failures++;
-		}
+		rerun = next_step + 1;
 		first = k + 1;
 	}
 	printf("%s: %ld file-system calls of worker %d, trials at calls %ld..%ld:", op, count, target,
@@ -1122,11 +1120,8 @@ int main(int argc, char **argv)
 	join(npy1, work, "a.npy");
 	join(npy2, work, "b.npy");
 	join(out, work, strcmp(op, "export-safetensors") == 0 ? "out.safetensors" : "out");
-	if (job != -2) {
-		if (job == -1)
-			next_step = step;
-		return job_main(job);
-	}
+	if (job != -2)
+		return job_main(job, step);
 	setup();
 	if (workers > 1) {
 		ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
