@@ -844,7 +844,7 @@ static int direct_ready(dvar_reader *r, data_file *df)
 static int not_cached(const data_file *df, uint64_t off, uint64_t len)
 {
 	long page = sysconf(_SC_PAGESIZE);
-	unsigned char vec[256];
+	unsigned char vec[1024]; /* a 4 MiB read asks once */
 	if (page <= 0)
 		page = 4096;
 	uint64_t p0 = off / (uint64_t)page, p1 = (off + len + (uint64_t)page - 1) / (uint64_t)page;
