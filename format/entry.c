@@ -102,7 +102,7 @@ int dvar_header_encode(dvar_bytes *out, const dvar_header *h)
 		rc = dvar_bytes_put_varint(out, h->file_sizes[i]);
 	if (!rc) rc = dvar_bytes_put_varint(out, h->block_size);
 	if (!rc) rc = dvar_bytes_put_varint(out, h->num_vars);
-	if (!rc && h->chain_len) {
+	if (!rc && h->version >= DVAR_FORMAT_DELTA) {
 		rc = dvar_bytes_put_varint(out, h->chain_len);
 		for (size_t i = 0; !rc && i < h->chain_len; i++) {
 			size_t nl = strlen(h->chain[i].name);
@@ -256,7 +256,7 @@ static int decode_chain(reader *r, dvar_header *out)
 	int rc;
 	if ((rc = get_bounded(r, DVAR_MAX_CHAIN, &n, "chain length")))
 		return rc;
-	if (n == 0 && out->version == 3)
+	if (n == 0 && out->version == DVAR_FORMAT_DELTA)
 		return dvar_error_set(DVAR_ECORRUPT, "index header: a version 3 checkpoint (a delta) "
 		                      "with no base in its chain");
 	/* Every link takes at least 6 bytes: bound the count before allocating. */
@@ -318,7 +318,7 @@ int dvar_header_decode(dvar_header *out, const void *p, size_t n)
 	}
 	if ((rc = get_varint(&r, &out->num_vars)))
 		goto fail;
-	if (out->version >= 3 && (rc = decode_chain(&r, out)))
+	if (out->version >= DVAR_FORMAT_DELTA && (rc = decode_chain(&r, out)))
 		goto fail;
 	/* A newer writer may append fields its older readers can skip. */
 	if (out->version <= DVAR_FORMAT_VERSION && (rc = finished(&r)))

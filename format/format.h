@@ -15,9 +15,11 @@
 
 DVAR_BEGIN_DECL
 
-#define DVAR_FORMAT_VERSION 3     /* what this code reads, and writes for a delta (3: deltas) */
+#define DVAR_FORMAT_VERSION 4     /* what this code reads (4: packed chunks) */
 #define DVAR_FORMAT_MIN_READER 1  /* a full checkpoint's oldest reader (1 skips attributes) */
 #define DVAR_FORMAT_FULL 2        /* the version of a full checkpoint (2: variable attributes) */
+#define DVAR_FORMAT_DELTA 3       /* a delta's version and oldest reader (3: deltas) */
+#define DVAR_FORMAT_PACKED 4      /* ... of a checkpoint holding a packed chunk (FORMAT.md) */
 #define DVAR_MAX_CHAIN 1000       /* links below a delta: its base, ..., the full checkpoint */
 #define DVAR_MAGIC "DVAR"
 #define DVAR_ALIGN 4096u          /* chunks of large slices start at a multiple of this (a page);
@@ -145,9 +147,10 @@ int dvar_key_var(dvar_bytes *out, const char *name);
 int dvar_key_slice(dvar_bytes *out, const char *name, uint32_t j);
 int dvar_key_piece(dvar_bytes *out, const char *name, uint32_t j);
 
-/* A header with a chain is version 3's (a delta): its fields follow. */
+/* From version 3 on, the chain follows (a delta's links; none in a full
+ * checkpoint of version 4). */
 int dvar_header_encode(dvar_bytes *out, const dvar_header *h);
-/* deltas: version 3's fields (delta, num_pieces) follow the attributes. */
+/* deltas (version 3 on): the fields delta and num_pieces follow the attributes. */
 int dvar_var_encode(dvar_bytes *out, const dvar_var_entry *v, int deltas);
 int dvar_slice_entry_encode(dvar_bytes *out, const dvar_slice_entry *s);
 int dvar_piece_encode(dvar_bytes *out, const dvar_piece *pc);

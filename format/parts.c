@@ -29,8 +29,33 @@ static int kv_cmp(const void *a, const void *b)
 	return dvar_key_cmp(x->key.data, x->key.len, y->key.data, y->key.len);
 }
 
-/* A full checkpoint is version 2, as readers before deltas read it; a
- * delta (a chain) is version 3, which only they cannot read. */
+/* 1 when a chunk of s was packed (starts off a page). */
+static int packed(const dvar_slice_entry *s)
+{
+	for (size_t c = 0; c < s->num_chunks; c++)
+		if (s->chunks[c].offset % DVAR_ALIGN)
+			return 1;
+	return 0;
+}
+
+/* The oldest version that says what the index holds, so that an older
+ * reader refuses what it would misread with DVAR_EVERSION: a full
+ * checkpoint is version 2, as readers before deltas read it; a delta (a
+ * chain) version 3; either holding a packed chunk version 4. */
+static uint32_t index_version(const dvar_var_entry *vars, size_t num_vars, int delta)
+{
+	for (size_t i = 0; i < num_vars; i++) {
+		const dvar_var_entry *v = &vars[i];
+		for (size_t j = 0; j < v->num_slices; j++)
+			if (packed(&v->slices[j]))
+				return DVAR_FORMAT_PACKED;
+		for (size_t j = 0; j < v->num_pieces; j++)
+			if (packed(&v->pieces[j].ids) || packed(&v->pieces[j].rows))
+				return DVAR_FORMAT_PACKED;
+	}
+	return delta ? DVAR_FORMAT_DELTA : DVAR_FORMAT_FULL;
+}
+
 static int write_index(const char *path, const dvar_var_entry *vars, size_t num_vars,
                        uint64_t *file_sizes, uint32_t num_files, const dvar_link *chain,
                        size_t chain_len)
@@ -44,16 +69,16 @@ static int write_index(const char *path, const dvar_var_entry *vars, size_t num_
 	if (!kvs)
 		return dvar_error_set(DVAR_ENOMEM, "out of memory");
 
-	int delta = chain_len > 0;
-	dvar_header h = { delta ? DVAR_FORMAT_VERSION : DVAR_FORMAT_FULL,
-	                  delta ? DVAR_FORMAT_VERSION : DVAR_FORMAT_MIN_READER, num_files, file_sizes,
-	                  DVAR_BLOCK_SIZE, num_vars, chain_len, (dvar_link *)chain };
+	uint32_t version = index_version(vars, num_vars, chain_len > 0);
+	dvar_header h = { version, version == DVAR_FORMAT_FULL ? DVAR_FORMAT_MIN_READER : version,
+	                  num_files, file_sizes, DVAR_BLOCK_SIZE, num_vars, chain_len,
+	                  (dvar_link *)chain };
 	size_t k = 0;
 	rc = dvar_header_encode(&kvs[k++].val, &h);
 	for (size_t i = 0; !rc && i < num_vars; i++) {
 		const dvar_var_entry *v = &vars[i];
 		rc = dvar_key_var(&kvs[k].key, v->name);
-		if (!rc) rc = dvar_var_encode(&kvs[k++].val, v, delta);
+		if (!rc) rc = dvar_var_encode(&kvs[k++].val, v, version >= DVAR_FORMAT_DELTA);
 		for (size_t j = 0; !rc && j < v->num_slices; j++) {
 			rc = dvar_key_slice(&kvs[k].key, v->name, (uint32_t)j);
 			if (!rc) rc = dvar_slice_entry_encode(&kvs[k++].val, &v->slices[j]);

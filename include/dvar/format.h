@@ -40,7 +40,8 @@ typedef enum {
 #define DVAR_WRITE_NO_DIRECT_IO (1u << 0) /**< buffered writes, never O_DIRECT */
 #define DVAR_WRITE_NO_FSYNC (1u << 1)     /**< skip fsync (tests, scratch data) */
 #define DVAR_WRITE_PAGE_ALIGN (1u << 2)   /**< every slice page-aligned, small ones
-                                               too (a serving export) */
+                                               too (a serving export); readers of
+                                               format 2 and 3 read it too */
 
 #define DVAR_DEFAULT_CHUNK_SIZE (4u << 20)
 

@@ -249,7 +249,7 @@ static void test_format_corrupt__newer_version(void **state)
 	write_index(f->index, 1, k, v);
 	dvar_reader *r;
 	assert_int_equal(dvar_reader_open(&r, f->ck, NULL), DVAR_EVERSION);
-	tu_assert_error_contains("checkpoint format version 7 needs a reader of version 5 or newer; this dvar reads version 3");
+	tu_assert_error_contains("checkpoint format version 7 needs a reader of version 5 or newer; this dvar reads version 4");
 }
 
 /* A variable entry that claims a million slices the index does not hold. */

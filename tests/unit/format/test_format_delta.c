@@ -229,15 +229,16 @@ static void test_format_delta__header_and_links(void **state_)
 	char *c1 = tu_path(dir, "ckpt-1"), *c2 = tu_path(dir, "ckpt-2"), *c3 = tu_path(dir, "ckpt-3");
 
 	make_chain(dir, &s1, &s2, &s3, DVAR_COMPRESS_NONE);
-	/* A full checkpoint stays version 2; a delta is version 3, for readers of 3. */
+	/* Small variables are packed: version 4, full or delta, for readers of 4
+	 * (test_format_pack: versions 2 and 3 when nothing is packed). */
 	assert_int_equal(dvar_link_peek(c1, &h, &crc1), DVAR_OK);
-	assert_int_equal(h.version, 2);
-	assert_int_equal(h.min_reader, 1);
+	assert_int_equal(h.version, DVAR_FORMAT_PACKED);
+	assert_int_equal(h.min_reader, DVAR_FORMAT_PACKED);
 	assert_int_equal(h.chain_len, 0);
 	dvar_header_clear(&h);
 	assert_int_equal(dvar_link_peek(c2, &h, &crc2), DVAR_OK);
-	assert_int_equal(h.version, 3);
-	assert_int_equal(h.min_reader, 3);
+	assert_int_equal(h.version, DVAR_FORMAT_PACKED);
+	assert_int_equal(h.min_reader, DVAR_FORMAT_PACKED);
 	assert_int_equal(h.chain_len, 1);
 	assert_string_equal(h.chain[0].name, "ckpt-1");
 	assert_int_equal(h.chain[0].index_crc, crc1);

@@ -404,6 +404,82 @@ static void test_format_pack__flipped_byte_found(void **state)
 	}
 }
 
+/* The index says the oldest reader that reads it: a page-aligned full
+ * checkpoint is version 2 (readers of 1 on), a page-aligned delta 3; a
+ * chunk off a page anywhere (packed), full or delta, makes it 4, which
+ * readers before packing refuse (DVAR_EVERSION) instead of calling its
+ * offset damage. */
+static void expect_version(const char *dir, const char *name, uint32_t version,
+                           uint32_t min_reader, size_t chain_len)
+{
+	char *ck = tu_path(dir, name);
+	dvar_header h;
+	uint32_t crc;
+	uint64_t bad = 1;
+	dvar_reader *r;
+	assert_int_equal(dvar_link_peek(ck, &h, &crc), DVAR_OK);
+	assert_int_equal(h.version, version);
+	assert_int_equal(h.min_reader, min_reader);
+	assert_int_equal(h.chain_len, chain_len);
+	dvar_header_clear(&h);
+	assert_int_equal(dvar_reader_open(&r, ck, NULL), DVAR_OK);
+	assert_int_equal(dvar_reader_verify(r, NULL, NULL, &bad), DVAR_OK);
+	assert_int_equal(bad, 0);
+	dvar_reader_free(r);
+	free(ck);
+}
+
+static void write_version_case(const char *dir, const char *name, const char *base,
+                               unsigned flags, const float *x)
+{
+	dvar_write_options o = opts(DVAR_COMPRESS_NONE, 1);
+	dvar_writer *w;
+	dvar_shape big = { .rank = 2, .dims = { 64, 1024 } }; /* 256 KiB: never packed */
+	dvar_shape small = { .rank = 1, .dims = { ELEMS } };
+	const int64_t rows[2] = { 3, 40 };
+	char *ck = tu_path(dir, name);
+
+	o.flags |= flags;
+	assert_int_equal(dvar_writer_open(&w, ck, &o), DVAR_OK);
+	if (base) {
+		assert_int_equal(dvar_writer_set_base(w, base), DVAR_OK);
+		assert_int_equal(dvar_writer_add_rows(w, "big", DVAR_FLOAT32, &big, rows, 2, x), DVAR_OK);
+	} else {
+		assert_int_equal(dvar_writer_add(w, "big", DVAR_FLOAT32, &big, NULL, x), DVAR_OK);
+	}
+	/* Two, so that one of them lies off a page when packed. */
+	if (!(flags & DVAR_WRITE_PAGE_ALIGN) || !base) {
+		assert_int_equal(dvar_writer_add(w, "small", DVAR_FLOAT32, &small, NULL, x), DVAR_OK);
+		assert_int_equal(dvar_writer_add(w, "small2", DVAR_FLOAT32, &small, NULL, x), DVAR_OK);
+	}
+	assert_int_equal(dvar_writer_commit(w), DVAR_OK);
+	dvar_writer_free(w);
+	free(ck);
+}
+
+static void test_format_pack__versions(void **state)
+{
+	const char *dir = *state;
+	float *x = calloc(64 * 1024, sizeof *x);
+	char *aligned = tu_path(dir, "aligned");
+
+	assert_non_null(x);
+	for (int i = 0; i < 64 * 1024; i++)
+		x[i] = (float)i;
+	write_version_case(dir, "aligned", NULL, DVAR_WRITE_PAGE_ALIGN, x);
+	expect_version(dir, "aligned", DVAR_FORMAT_FULL, DVAR_FORMAT_MIN_READER, 0);
+	write_version_case(dir, "packed", NULL, 0, x);
+	expect_version(dir, "packed", DVAR_FORMAT_PACKED, DVAR_FORMAT_PACKED, 0);
+	/* A delta whose row patch is big enough to stay page-aligned, and one
+	 * whose patch (two rows, 8 KiB) is packed. */
+	write_version_case(dir, "delta-aligned", aligned, DVAR_WRITE_PAGE_ALIGN, x);
+	expect_version(dir, "delta-aligned", DVAR_FORMAT_DELTA, DVAR_FORMAT_DELTA, 1);
+	write_version_case(dir, "delta-packed", aligned, 0, x);
+	expect_version(dir, "delta-packed", DVAR_FORMAT_PACKED, DVAR_FORMAT_PACKED, 1);
+	free(aligned);
+	free(x);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -414,6 +490,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_format_pack__several_data_files, tu_setup_dir,
 		                                tu_teardown_dir),
 		cmocka_unit_test_setup_teardown(test_format_pack__map, tu_setup_dir, tu_teardown_dir),
+		cmocka_unit_test_setup_teardown(test_format_pack__versions, tu_setup_dir, tu_teardown_dir),
 		cmocka_unit_test_setup_teardown(test_format_pack__flipped_byte_found, tu_setup_dir,
 		                                tu_teardown_dir),
 	};
