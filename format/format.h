@@ -37,6 +37,14 @@ DVAR_BEGIN_DECL
 #define DVAR_PART_MAGIC "DVPT"
 #define DVAR_PART_VERSION 2       /* the part entries' encoding (2: deltas) */
 
+/* The bytes n raw bytes of a slice take in a data file, padding included
+ * ("Data files"): packed under DVAR_PACK_MAX, a page each above. */
+static inline uint64_t dvar_disk_bytes(uint64_t n)
+{
+	uint64_t a = n < DVAR_PACK_MAX ? DVAR_PACK_ALIGN : DVAR_ALIGN;
+	return (n + a - 1) / a * a;
+}
+
 /* WHOLE is never written: a TensorBundle entry read as one raw chunk that
  * has no block checksums, only one over the whole chunk (format/tf.h). */
 enum { DVAR_CODEC_RAW = 0, DVAR_CODEC_LZ4 = 1, DVAR_CODEC_WHOLE = 2 };

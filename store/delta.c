@@ -63,8 +63,6 @@ static int find_changes(save_job *j, report *mine)
 	return DVAR_OK;
 }
 
-#define PADDED(n) (((uint64_t)(n) + DVAR_ALIGN - 1) / DVAR_ALIGN * DVAR_ALIGN)
-
 /* Items [a, b) are one variable's: the same decision for all. */
 static void decide(item *items, const report *got, size_t a, size_t b)
 {
@@ -72,13 +70,14 @@ static void decide(item *items, const report *got, size_t a, size_t b)
 	int untracked = 0, delta;
 
 	/* Bytes on disk: each piece is two streams (ids, rows), each padded
-	 * to the format's alignment, as a whole slice is. */
+	 * as the format pads a slice of its size. */
 	for (size_t i = a; i < b; i++) {
 		untracked |= got[i].kind != DVAR_TRACK_ROWS;
 		rows += got[i].rows;
 		if (got[i].rows)
-			patch += PADDED(got[i].rows * 8) + PADDED(got[i].rows * items[i].row_bytes);
-		whole += PADDED(items[i].nbytes);
+			patch += dvar_disk_bytes(got[i].rows * 8) +
+			         dvar_disk_bytes(got[i].rows * items[i].row_bytes);
+		whole += dvar_disk_bytes(items[i].nbytes);
 	}
 	if (untracked)
 		delta = DVAR_DELTA_WHOLE;
