@@ -822,7 +822,11 @@ static int direct_ready(dvar_reader *r, data_file *df)
 	pthread_mutex_lock(&r->direct_lock);
 	if (!(st = atomic_load(&df->direct))) {
 		void *m = MAP_FAILED;
-		df->direct_fd = open(df->path, O_RDONLY | O_DIRECT | O_CLOEXEC);
+		/* The file the reader holds open, not whatever is at its path now:
+		 * retention may have deleted it, and a new save reused the name. */
+		char self[64];
+		snprintf(self, sizeof(self), "/proc/self/fd/%d", df->fd);
+		df->direct_fd = open(self, O_RDONLY | O_DIRECT | O_CLOEXEC);
 		if (df->direct_fd >= 0 && df->size <= SIZE_MAX)
 			m = mmap(NULL, (size_t)df->size, PROT_READ, MAP_SHARED, df->fd, 0);
 		if (m == MAP_FAILED) {

@@ -239,14 +239,18 @@ static void test_format_root__one_save_at_a_time(void **state)
 }
 
 /* A reader of a checkpoint that retention deletes, or that newer ones
- * follow, goes on reading its values: it holds its files open. */
+ * follow, goes on reading its values: it holds its files open. So it does
+ * when the name comes back as another checkpoint (a root started over) and
+ * its first read is a large one with O_DIRECT, forced here. */
+#define BIG (1 << 20) /* float32: 4 MiB, big enough for an O_DIRECT read */
+
 static void test_format_root__reader_outlives_deletion(void **state)
 {
 	const char *dir = *state;
 	char *root = tu_path(dir, "root"), *ck1 = tu_path(root, "ckpt-1");
 	dvar_write_options o = DVAR_WRITE_OPTIONS_INIT;
-	dvar_shape s = { .rank = 1, .dims = { 4096 } };
-	float *v = malloc(4096 * sizeof *v), *got = malloc(4096 * sizeof *got);
+	dvar_shape s = { .rank = 1, .dims = { BIG } };
+	float *v = malloc(BIG * sizeof *v), *got = dvar_page_alloc(BIG * sizeof *got, 0);
 	dvar_reader *r;
 	dvar_mapping m;
 	size_t i;
@@ -255,11 +259,14 @@ static void test_format_root__reader_outlives_deletion(void **state)
 	assert_non_null(got);
 	o.keep_last = 1;
 	o.compress = DVAR_COMPRESS_NONE;
-	for (int64_t step = 1; step <= 3; step++) {
+	for (int64_t step = 1; step <= 4; step++) {
 		dvar_writer *w;
-		for (int k = 0; k < 4096; k++)
-			v[k] = (float)(step * 10000 + k);
-		assert_int_equal(dvar_writer_open_step(&w, root, step, &o), DVAR_OK);
+		for (int k = 0; k < BIG; k++)
+			v[k] = (float)(step * 2000000 + k);
+		if (step == 4) /* the root started over: ckpt-1 again, other values */
+			assert_int_equal(dvar_writer_open(&w, ck1, &o), DVAR_OK);
+		else
+			assert_int_equal(dvar_writer_open_step(&w, root, step, &o), DVAR_OK);
 		assert_int_equal(dvar_writer_add(w, "v", DVAR_FLOAT32, &s, NULL, v), DVAR_OK);
 		assert_int_equal(dvar_writer_commit(w), DVAR_OK);
 		dvar_writer_free(w);
@@ -268,12 +275,15 @@ static void test_format_root__reader_outlives_deletion(void **state)
 			assert_int_equal(dvar_reader_find(r, "v", &i), DVAR_OK);
 			assert_int_equal(dvar_reader_map(r, i, DVAR_MAP_WHOLE, 0, &m), DVAR_OK);
 		}
+		if (step == 3) /* ckpt-1 is gone from the root, not from its reader */
+			assert_false(dvar_fs_exists(ck1));
 	}
-	/* ckpt-1 is gone from the root, not from its reader. */
-	assert_false(dvar_fs_exists(ck1));
-	assert_int_equal(dvar_reader_read(r, i, NULL, got, 4096 * sizeof *got), DVAR_OK);
-	for (int k = 0; k < 4096; k++)
-		assert_true(got[k] == (float)(10000 + k) && ((const float *)m.data)[k] == got[k]);
+	dvar_reader__direct(DVAR_DIRECT_ALWAYS);
+	assert_int_equal(dvar_reader_read(r, i, NULL, got, BIG * sizeof *got), DVAR_OK);
+	dvar_reader__direct(DVAR_DIRECT_AUTO);
+	assert_true(dvar_reader__bytes_direct(r) > 0);
+	for (int k = 0; k < BIG; k++)
+		assert_true(got[k] == (float)(2000000 + k) && ((const float *)m.data)[k] == got[k]);
 	dvar_reader_unmap(&m);
 	dvar_reader_free(r);
 	free(v);
