@@ -24,22 +24,6 @@ _MAP_WHOLE = c_size_t(-1).value  # DVAR_MAP_WHOLE
 
 # Rows read one at a time (for a step along axis 0) when a row is at least this big.
 _ROW_READ_MIN = 64 << 10
-# Arrays of this many bytes or more are allocated page-aligned, so that the
-# library can read cold data straight into them with O_DIRECT (no copy out of
-# the page cache); NumPy's own buffers start 16 bytes past a page.
-_ALIGN = 4096
-_ALIGN_MIN = 1 << 20
-
-
-def _empty(shape: Tuple[int, ...], dtype: Any) -> np.ndarray:
-    """np.empty(shape, dtype), page-aligned when it is big."""
-    dtype = np.dtype(dtype)
-    n = dtype.itemsize * int(np.prod(shape, dtype=np.int64))
-    if n < _ALIGN_MIN:
-        return np.empty(shape, dtype=dtype)
-    raw = np.empty(n + _ALIGN, dtype=np.uint8)
-    off = -raw.ctypes.data % _ALIGN
-    return raw[off:off + n].view(dtype).reshape(shape)
 
 
 @dataclass(frozen=True)
@@ -393,7 +377,7 @@ class Tensor:
         if step0 is not None and len(length) and row_elems * storage.itemsize >= _ROW_READ_MIN:
             # A step along axis 0 over big rows: read only the rows selected.
             rows = list(step0)
-            box = _empty((len(rows),) + tuple(length[1:]), storage)
+            box = np.empty((len(rows),) + tuple(length[1:]), dtype=storage)
             for k, row in enumerate(rows):
                 s, n = list(start), list(length)
                 s[0], n[0] = row, 1
@@ -402,8 +386,7 @@ class Tensor:
         else:
             box = self._read_box(start, length)
         out = box[post]  # () on a 0-d box: a scalar, as NumPy's a[()]
-        owner = box if box.base is None else box.base
-        if isinstance(out, np.ndarray) and out.base is owner and any(
+        if isinstance(out, np.ndarray) and out.base is box and any(
                 isinstance(p, builtins.slice) and p.step not in (None, 1) for p in post):
             out = out.copy()  # a view would keep the whole box alive
         return self._finish(out)
@@ -415,7 +398,7 @@ class Tensor:
         return a
 
     def _read_box(self, start, length) -> np.ndarray:
-        box = _empty(tuple(length), _dtypes.STORAGE[self._code])
+        box = np.empty(tuple(length), dtype=_dtypes.STORAGE[self._code])
         self._read_into(box, start, length)
         return box
 

@@ -189,25 +189,3 @@ def test_root_opens_latest(tmp_path):
         assert np.asarray(ck["x"]).tolist() == [0, 2, 4]
     with dvar.open(os.path.join(root, "ckpt-1")) as ck:
         assert np.asarray(ck["x"]).tolist() == [0, 1, 2]
-
-
-def test_big_reads_page_aligned(tmp_path):
-    """Arrays of 1 MiB or more come back page-aligned (so cold reads can go
-    straight from the disk into them) and hold the saved values; a stepped
-    slice of one is a copy that does not keep the whole read alive."""
-    x = np.arange(512 * 1024, dtype=np.float32).reshape(1024, 512)  # 2 MiB
-    small = np.arange(10, dtype=np.int64)
-    dvar.save(str(tmp_path / "ck"), {"x": x, "small": small}, compress="none")
-    with dvar.open(str(tmp_path / "ck")) as ck:
-        a = ck["x"].read()
-        assert a.ctypes.data % 4096 == 0
-        assert a.dtype == np.float32 and a.shape == x.shape and a.flags.c_contiguous
-        np.testing.assert_array_equal(a, x)
-        np.testing.assert_array_equal(np.asarray(ck["x"]), x)
-        rows = ck["x"][100:900]
-        assert rows.ctypes.data % 4096 == 0
-        np.testing.assert_array_equal(rows, x[100:900])
-        stepped = ck["x"][::3, ::2]
-        np.testing.assert_array_equal(stepped, x[::3, ::2])
-        assert stepped.base is None or stepped.base.nbytes == stepped.nbytes
-        np.testing.assert_array_equal(ck["small"].read(), small)
