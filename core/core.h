@@ -79,7 +79,8 @@ int dvar_crc32c__hw(uint32_t crc, const void *buf, size_t len, uint32_t *out);
  * size bytes (at least one) aligned to a 4096-byte page, zero-filled when
  * zero is set; release with free(). Page alignment lets the writer hand the
  * memory straight to O_DIRECT writes instead of copying it through a bounce
- * buffer. NULL when out of memory.
+ * buffer. From 2 MiB on, the memory is aligned to 2 MiB and its whole huge
+ * pages are advised as such (MADV_HUGEPAGE). NULL when out of memory.
  */
 void *dvar_page_alloc(size_t size, int zero);
 
