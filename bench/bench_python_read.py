@@ -22,6 +22,16 @@ Every read is checked against the data written.
 The checkpoints are written with compress="none" (raw chunks, what an
 export for serving holds; random floats do not compress anyway). Needs
 about 2x (size + table) of disk under --dir, and size + 2 x range of memory.
+
+Both sides' files get the same write history before they are timed: each
+is replaced by a buffered copy of itself (--as-written keeps them as the
+writers left them). On a VM, a "cold" read is served by the host's cache
+as fast as it holds the blocks, and that depends on how they were written:
+here, data written with O_DIRECT (as dvar's writer does) read back at
+1.2-3 GB/s for minutes after, a buffered copy of the same bytes at 5 GB/s.
+A raw read() of each side's files (into a new array, as np.load does) is
+timed next to them in every cold run, so the host's speed for each file is
+on the same line.
 """
 
 import argparse
@@ -46,18 +56,47 @@ MiB = 1 << 20
 def drop_cache(paths):
     """Ask the kernel to drop the cached pages of these files (or of every
     file under these directories)."""
-    files = []
-    for p in paths:
-        if os.path.isdir(p):
-            files += [os.path.join(p, f) for f in os.listdir(p)]
-        else:
-            files.append(p)
-    for f in files:
+    for f in data_files(paths):
         fd = os.open(f, os.O_RDONLY)
         try:
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
         finally:
             os.close(fd)
+
+
+def data_files(paths):
+    """The files under these paths (a path, or a directory's files)."""
+    out = []
+    for p in paths:
+        if os.path.isdir(p):
+            out += sorted(os.path.join(p, f) for f in os.listdir(p))
+        else:
+            out.append(p)
+    return out
+
+
+def same_history(paths):
+    """Replace every file under paths by a buffered copy of itself, fsynced,
+    so that the files compared were all last written the same way."""
+    for f in data_files(paths):
+        tmp = f + ".copy"
+        shutil.copyfile(f, tmp)
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, f)
+    os.sync()
+
+
+def raw_read(paths):
+    """Every byte of the files under paths read into new arrays with one
+    read() each, as np.load reads: the host's speed for those files."""
+    for f in data_files(paths):
+        with open(f, "rb", buffering=0) as fh:
+            buf = np.empty(os.fstat(fh.fileno()).st_size, dtype=np.uint8)
+            fh.readinto(memoryview(buf))
 
 
 def timed(fn):
@@ -66,20 +105,28 @@ def timed(fn):
     return time.perf_counter() - t, out
 
 
-def row(case, mode, runs, t_dvar, t_np, nbytes, ratios):
+def row(case, mode, runs, t_dvar, t_np, nbytes, ratios, raw=None):
     def fmt(ts):
         return "%7.3f %7.3f %7.3f" % (statistics.median(ts), min(ts), max(ts))
     gbs = lambda ts: nbytes / statistics.median(ts) / 1e9  # noqa: E731
-    print("%-28s %-5s %4d | dvar %s %6.2f | numpy %s %6.2f | %5.2f (%4.2f-%4.2f)" % (
+    line = "%-28s %-5s %4d | dvar %s %6.2f | numpy %s %6.2f | %5.2f (%4.2f-%4.2f)" % (
         case, mode, runs, fmt(t_dvar), gbs(t_dvar), fmt(t_np), gbs(t_np),
-        statistics.median(ratios), min(ratios), max(ratios)))
+        statistics.median(ratios), min(ratios), max(ratios))
+    if raw:
+        line += " | read() GB/s: dvar's files %.2f, .npy %.2f" % (
+            raw[0] / statistics.median(raw[1]) / 1e9, raw[2] / statistics.median(raw[3]) / 1e9)
+    print(line)
     return statistics.median(ratios)
 
 
-def bench(label, runs, dvar_fn, np_fn, check, files, nbytes):
+def bench(label, runs, dvar_fn, np_fn, check, dvar_files, np_files, nbytes, raw=False):
+    """Time dvar_fn and np_fn, cold then warm, taking turns to go first.
+    With raw, cold runs also time a raw read of each side's files."""
     results = {}
+    files = dvar_files + np_files
+    sizes = [sum(os.path.getsize(f) for f in data_files(fs)) for fs in (dvar_files, np_files)]
     for mode in ("cold", "warm"):
-        td, tn, ratios = [], [], []
+        td, tn, ratios, raw_d, raw_n = [], [], [], [], []
         if mode == "warm":
             check(dvar_fn())
             check(np_fn())
@@ -95,10 +142,15 @@ def bench(label, runs, dvar_fn, np_fn, check, files, nbytes):
                 check(out)
                 del out
                 got[name] = t
+            if mode == "cold" and raw:
+                for fs, ts in ((dvar_files, raw_d), (np_files, raw_n)):
+                    drop_cache(fs)
+                    ts.append(timed(lambda: raw_read(fs))[0])
             td.append(got["dvar"])
             tn.append(got["numpy"])
             ratios.append(got["numpy"] / got["dvar"])
-        results[mode] = row(label, mode, runs, td, tn, nbytes, ratios)
+        limits = (sizes[0], raw_d, sizes[1], raw_n) if raw_d else None
+        results[mode] = row(label, mode, runs, td, tn, nbytes, ratios, limits)
     return results
 
 
@@ -110,6 +162,8 @@ def main():
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--dir", default=os.environ.get("TMPDIR", "/tmp"))
     ap.add_argument("--threads", type=int, default=0, help="reader threads (0: all CPUs)")
+    ap.add_argument("--as-written", action="store_true",
+                    help="time the files as each writer left them (no buffered copies)")
     args = ap.parse_args()
     if args.small:
         args.size_mib, args.table_mib = 64, 128
@@ -136,6 +190,8 @@ def run(args, work):
     np.save(npy, x)
     dvar.save(ck_a, {"x": x}, compress="none", progress=False)
     os.sync()
+    if not args.as_written:
+        same_history([npy, ck_a])
     crc = dvar.digest(ck_a)["x"]
 
     def read_dvar():
@@ -152,7 +208,7 @@ def run(args, work):
     nbytes = x.nbytes
     del x
     res_a = bench("(a) %d MiB float32 whole" % args.size_mib, args.runs, read_dvar,
-                  lambda: np.load(npy), check_a, [npy, ck_a], nbytes)
+                  lambda: np.load(npy), check_a, [ck_a], [npy], nbytes, raw=True)
     os.remove(npy)
     shutil.rmtree(ck_a)
 
@@ -165,6 +221,8 @@ def run(args, work):
     np.save(tnpy, table)
     dvar.save(ck_b, {"t": table}, compress="none", progress=False)
     os.sync()
+    if not args.as_written:
+        same_history([tnpy, ck_b])
     k = max(1, rows // 100)
     a = int(rng.integers(0, rows - k))
     want = table[a:a + k].copy()
@@ -180,7 +238,7 @@ def run(args, work):
     def check_b(out):
         assert np.array_equal(out, want)
     res_b = bench("(b) rows %d:%d of %d MiB" % (a, a + k, args.table_mib), args.runs,
-                  slice_dvar, slice_np, check_b, [tnpy, ck_b], want.nbytes)
+                  slice_dvar, slice_np, check_b, [ck_b], [tnpy], want.nbytes)
     print("goal (a): dvar >= 0.9x np.load: cold %.2f %s, warm %.2f %s" % (
         res_a["cold"], "met" if res_a["cold"] >= 0.9 else "NOT met",
         res_a["warm"], "met" if res_a["warm"] >= 0.9 else "NOT met"))

@@ -1198,6 +1198,7 @@ typedef struct {
 	size_t esize;
 	task *tasks;
 	size_t num_tasks, cap_tasks;
+	size_t in_flight;        /* tasks run together, this read's and others' */
 	uint64_t *direct_first; /* per saved slice, when contiguous in want */
 	/* for_each_box callbacks */
 	uint64_t need_lo, need_hi;
@@ -1348,7 +1349,7 @@ static int load_into(read_ctx *ctx, const task *t, scratch *sc, char *why)
 	const dvar_chunk *c = &s->chunks[t->chunk];
 	uint64_t a = t->need_lo, b = t->need_hi, raw_len = dvar_chunk_raw_len(s, t->chunk);
 	unsigned char *d = ctx->dst + t->into;
-	int deep = ctx->num_tasks > 1, rc = DVAR_OK;
+	int deep = ctx->in_flight > 1, rc = DVAR_OK;
 	if (c->codec != DVAR_CODEC_RAW)
 		return c->codec == DVAR_CODEC_WHOLE || (a == 0 && b == raw_len)
 		       ? load_chunk(ctx->r, ctx->v, s, t->chunk, t->lo, t->hi, d, sc, deep, why) : 1;
@@ -1378,7 +1379,7 @@ static int run_task(void *vctx, size_t i)
 		return DVAR_ENOMEM;
 	if (t->direct) {
 		unsigned char *out = ctx->dst + ctx->direct_first[t->slice] * ctx->esize + base;
-		if ((rc = load_chunk(ctx->r, ctx->v, s, t->chunk, 0, t->hi, out, sc, ctx->num_tasks > 1, why)))
+		if ((rc = load_chunk(ctx->r, ctx->v, s, t->chunk, 0, t->hi, out, sc, ctx->in_flight > 1, why)))
 			chunk_error(ctx->r, ctx->v, s, t->chunk, rc, why);
 	} else if (t->into != UINT64_MAX && (rc = load_into(ctx, t, sc, why)) != 1) {
 		if (rc)
@@ -1431,29 +1432,51 @@ static int check_coverage(const dvar_var_entry *v, const dvar_slice *want)
 	                      v->num_slices, (unsigned long long)(need - got), (unsigned long long)need);
 }
 
-/* want of v's saved slices into dst (want's own row-major buffer). */
-static int read_slices(dvar_reader *r, const dvar_var_entry *v, const dvar_slice *want, void *dst)
+/* ctx planned to read want of v's saved slices into dst (want's own
+ * row-major buffer); ctx_clear releases it, planned or not. */
+static int ctx_plan(read_ctx *ctx, dvar_reader *r, const dvar_var_entry *v, const dvar_slice *want,
+                    void *dst)
 {
+	memset(ctx, 0, sizeof(*ctx));
 	int rc = check_coverage(v, want);
 	if (rc)
 		return rc;
-	read_ctx ctx = { 0 };
-	ctx.r = r;
-	ctx.v = v;
-	ctx.want = want;
-	ctx.dst = dst;
-	ctx.esize = dvar_dtype_size(v->dtype);
-	if (v->num_slices && !(ctx.direct_first = calloc(v->num_slices, sizeof(uint64_t))))
+	ctx->r = r;
+	ctx->v = v;
+	ctx->want = want;
+	ctx->dst = dst;
+	ctx->esize = dvar_dtype_size(v->dtype);
+	if (v->num_slices && !(ctx->direct_first = calloc(v->num_slices, sizeof(uint64_t))))
 		return dvar_error_set(DVAR_ENOMEM, "out of memory");
-	if (!(rc = plan(&ctx))) {
-		atomic_store(&r->progress_done, 0);
-		r->progress_total = 0;
-		for (size_t k = 0; k < ctx.num_tasks; k++)
-			r->progress_total += ctx.tasks[k].hi - ctx.tasks[k].lo;
+	return plan(ctx);
+}
+
+static void ctx_clear(read_ctx *ctx)
+{
+	free(ctx->tasks);
+	free(ctx->direct_first);
+}
+
+static void progress_start(dvar_reader *r, const read_ctx *ctxs, size_t n)
+{
+	atomic_store(&r->progress_done, 0);
+	r->progress_total = 0;
+	for (size_t c = 0; c < n; c++)
+		for (size_t k = 0; k < ctxs[c].num_tasks; k++)
+			r->progress_total += ctxs[c].tasks[k].hi - ctxs[c].tasks[k].lo;
+}
+
+/* want of v's saved slices into dst (want's own row-major buffer). */
+static int read_slices(dvar_reader *r, const dvar_var_entry *v, const dvar_slice *want, void *dst)
+{
+	read_ctx ctx;
+	int rc = ctx_plan(&ctx, r, v, want, dst);
+	if (!rc) {
+		ctx.in_flight = ctx.num_tasks;
+		progress_start(r, &ctx, 1);
 		rc = dvar_pool_for(r->pool, ctx.num_tasks, run_task, &ctx);
 	}
-	free(ctx.tasks);
-	free(ctx.direct_first);
+	ctx_clear(&ctx);
 	return rc;
 }
 
@@ -1580,7 +1603,9 @@ static int read_var(dvar_reader *r, const dvar_var_entry *v, const dvar_slice *w
 	return v->delta == DVAR_DELTA_ROWS ? apply_pieces(r, v, want, dst) : DVAR_OK;
 }
 
-int dvar_reader_read(dvar_reader *r, size_t i, const dvar_slice *slice, void *dst, size_t dst_bytes)
+/* A read's arguments checked, and the slice it wants (the whole variable for NULL). */
+static int check_request(dvar_reader *r, size_t i, const dvar_slice *slice, const void *dst,
+                         size_t dst_bytes, dvar_slice *want)
 {
 	int rc = check_var_index(r, i);
 	if (rc)
@@ -1588,16 +1613,15 @@ int dvar_reader_read(dvar_reader *r, size_t i, const dvar_slice *slice, void *ds
 	const dvar_var_entry *v = &r->vars[i];
 	if ((rc = check_readable(v)))
 		return rc;
-	dvar_slice want;
 	if (slice)
-		want = *slice;
+		*want = *slice;
 	else
-		dvar_slice_full(&want, &v->shape);
-	if ((rc = dvar_slice_check(&want, &v->shape)))
+		dvar_slice_full(want, &v->shape);
+	if ((rc = dvar_slice_check(want, &v->shape)))
 		return dvar_error_prefix("reading variable '%s'", v->name);
 	dvar_shape ws;
 	uint64_t bytes;
-	dvar_slice_shape(&want, &ws);
+	dvar_slice_shape(want, &ws);
 	dvar_shape_num_bytes(&ws, v->dtype, &bytes);
 	if (dst_bytes != bytes)
 		return dvar_error_set(DVAR_EINVAL, "reading variable '%s': the destination holds %llu bytes, "
@@ -1605,7 +1629,76 @@ int dvar_reader_read(dvar_reader *r, size_t i, const dvar_slice *slice, void *ds
 		                      (unsigned long long)bytes);
 	if (bytes && !dst)
 		return dvar_error_set(DVAR_EINVAL, "reading variable '%s': NULL destination", v->name);
-	return read_var(r, v, &want, dst);
+	return DVAR_OK;
+}
+
+int dvar_reader_read(dvar_reader *r, size_t i, const dvar_slice *slice, void *dst, size_t dst_bytes)
+{
+	dvar_slice want;
+	int rc = check_request(r, i, slice, dst, dst_bytes, &want);
+	return rc ? rc : read_var(r, &r->vars[i], &want, dst);
+}
+
+/* The tasks of several planned reads, run as one list. */
+typedef struct {
+	read_ctx *ctxs;
+	size_t *first; /* first[c]: the list's index of ctxs[c]'s first task; first[n] = all */
+	size_t n;
+} batch;
+
+static int run_batch_task(void *vb, size_t i)
+{
+	const batch *b = vb;
+	size_t lo = 0, hi = b->n;
+	while (hi - lo > 1) { /* the last ctx whose first task is at or before i */
+		size_t mid = lo + (hi - lo) / 2;
+		if (b->first[mid] <= i)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	return run_task(&b->ctxs[lo], i - b->first[lo]);
+}
+
+int dvar_reader_read_many(dvar_reader *r, const dvar_read_request *reqs, size_t n)
+{
+	if (!r)
+		return dvar_error_set(DVAR_EINVAL, "dvar_reader_read_many: reader is NULL");
+	if (n && !reqs)
+		return dvar_error_set(DVAR_EINVAL, "dvar_reader_read_many: %zu requests at NULL", n);
+	dvar_slice *wants = malloc((n ? n : 1) * sizeof(*wants));
+	read_ctx *ctxs = calloc(n ? n : 1, sizeof(*ctxs));
+	size_t *first = malloc((n + 1) * sizeof(*first));
+	size_t planned = 0, total = 0;
+	int rc = wants && ctxs && first ? DVAR_OK : dvar_error_set(DVAR_ENOMEM, "out of memory");
+	for (size_t k = 0; k < n && !rc; k++)
+		rc = check_request(r, reqs[k].var, reqs[k].slice, reqs[k].dst, reqs[k].dst_bytes, &wants[k]);
+	/* A delta's patched variables are read after the batch, one at a time. */
+	for (size_t k = 0; k < n && !rc; k++) {
+		const dvar_var_entry *v = &r->vars[reqs[k].var];
+		if (v->delta != DVAR_DELTA_WHOLE)
+			continue;
+		first[planned] = total;
+		rc = ctx_plan(&ctxs[planned], r, v, &wants[k], reqs[k].dst);
+		total += ctxs[planned++].num_tasks;
+	}
+	if (!rc) {
+		first[planned] = total;
+		for (size_t c = 0; c < planned; c++)
+			ctxs[c].in_flight = total;
+		progress_start(r, ctxs, planned);
+		batch b = { ctxs, first, planned };
+		rc = dvar_pool_for(r->pool, total, run_batch_task, &b);
+	}
+	for (size_t k = 0; k < n && !rc; k++)
+		if (r->vars[reqs[k].var].delta != DVAR_DELTA_WHOLE)
+			rc = read_var(r, &r->vars[reqs[k].var], &wants[k], reqs[k].dst);
+	for (size_t c = 0; ctxs && c < n; c++)
+		ctx_clear(&ctxs[c]);
+	free(wants);
+	free(ctxs);
+	free(first);
+	return rc;
 }
 
 /* ---------------------------------------------------------------- strings */

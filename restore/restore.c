@@ -297,13 +297,47 @@ static int read_shards(dvar_reader *r, const target *t)
 	return DVAR_OK;
 }
 
+/* Variables and plain tensors are read in batches of about this many bytes
+ * (dvar_reader_read_many), so that small ones are read together instead of
+ * one after another; a larger one is a batch of its own. */
+#define BATCH_BYTES ((size_t)64 << 20)
+#define BATCH_MAX 256
+
+/* Read targets[0..n) (variables and plain tensors) together, then assign
+ * the variables from their buffers. */
+static int assign_batch(dvar_reader *r, target *const *batch, size_t n)
+{
+	dvar_read_request req[BATCH_MAX] = { { 0 } };
+	size_t k;
+	int rc = DVAR_OK;
+
+	for (k = 0; k < n && rc == DVAR_OK; k++) {
+		const target *t = batch[k];
+		/* Page-aligned, so that a cold read can land in it with O_DIRECT. */
+		req[k] = (dvar_read_request){ t->index, NULL, t->v ? dvar_page_alloc(t->nbytes, 0) : t->data,
+		                              t->nbytes };
+		if (!req[k].dst)
+			rc = dvar_error_set(DVAR_ENOMEM, "restoring '%s': out of memory", t->name);
+	}
+	if (rc == DVAR_OK && (rc = dvar_reader_read_many(r, req, n)) != DVAR_OK)
+		dvar_error_prefix("restoring");
+	for (size_t i = 0; i < n && rc == DVAR_OK; i++)
+		if (batch[i]->v && (rc = dvar_variable_restore(batch[i]->v, req[i].dst)) != DVAR_OK)
+			dvar_error_prefix("restoring '%s'", batch[i]->name);
+	for (size_t i = 0; i < k; i++)
+		if (batch[i]->v)
+			free(req[i].dst);
+	return rc;
+}
+
 static int assign_all(dvar_reader *r, target *targets, size_t n)
 {
 	static unsigned char empty[1];
+	target *batch[BATCH_MAX];
+	size_t nb = 0, bytes = 0;
 
 	for (size_t i = 0; i < n; i++) {
 		target *t = &targets[i];
-		unsigned char *buf = t->v ? NULL : t->data;
 		int rc;
 
 		if (t->sv) {
@@ -323,20 +357,15 @@ static int assign_all(dvar_reader *r, target *targets, size_t n)
 				return dvar_error_prefix("restoring '%s'", t->name);
 			continue;
 		}
-		/* Page-aligned, so that a cold read can land in it with O_DIRECT. */
-		if (t->v && !(buf = dvar_page_alloc(t->nbytes, 0)))
-			return dvar_error_set(DVAR_ENOMEM, "restoring '%s': out of memory", t->name);
-		rc = dvar_reader_read(r, t->index, NULL, buf, t->nbytes);
-		if (rc != DVAR_OK)
-			dvar_error_prefix("restoring '%s'", t->name);
-		else if (t->v && (rc = dvar_variable_restore(t->v, buf)) != DVAR_OK)
-			dvar_error_prefix("restoring '%s'", t->name);
-		if (t->v)
-			free(buf);
-		if (rc != DVAR_OK)
-			return rc;
+		if (nb && (nb == BATCH_MAX || bytes + t->nbytes > BATCH_BYTES)) {
+			if ((rc = assign_batch(r, batch, nb)) != DVAR_OK)
+				return rc;
+			nb = bytes = 0;
+		}
+		batch[nb++] = t;
+		bytes += t->nbytes;
 	}
-	return DVAR_OK;
+	return nb ? assign_batch(r, batch, nb) : DVAR_OK;
 }
 
 static int restore(dvar_strategy *s, const char *path, dvar_variable *const *vars, size_t n,

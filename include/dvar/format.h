@@ -407,6 +407,24 @@ DVAR_EXTERN(int) dvar_reader_var_slice(const dvar_reader *r, size_t i, size_t j,
 DVAR_EXTERN(int) dvar_reader_read(dvar_reader *r, size_t i, const dvar_slice *slice,
                                   void *dst, size_t dst_bytes);
 
+/** One read of dvar_reader_read_many: as dvar_reader_read's arguments. */
+typedef struct dvar_read_request {
+	size_t var;              /* the variable's index */
+	const dvar_slice *slice; /* NULL for the whole variable */
+	void *dst;
+	size_t dst_bytes;
+} dvar_read_request;
+
+/**
+ * n reads, each as dvar_reader_read would do it, with the reads of all of
+ * them in flight together: many small variables read as fast as one large
+ * one, where one read at a time would wait for each in turn. Every request
+ * is checked before anything is read; on failure the first error found is
+ * returned (naming its variable) and the destinations hold nothing
+ * reliable. Destinations must not overlap. One call at a time per reader.
+ */
+DVAR_EXTERN(int) dvar_reader_read_many(dvar_reader *r, const dvar_read_request *reqs, size_t n);
+
 /**
  * dvar_var_info.dtype of a TensorFlow string tensor (DT_STRING), which a
  * TensorBundle may hold (the object graph, vocabularies). Not a dvar_dtype:
