@@ -41,6 +41,11 @@ class Slice(Structure):
                 ("length", c_int64 * MAX_RANK)]
 
 
+class ReadRequest(Structure):
+    _fields_ = [("var", c_size_t), ("slice", POINTER(Slice)), ("dst", c_void_p),
+                ("dst_bytes", c_size_t)]
+
+
 PROGRESS_FN = CFUNCTYPE(None, c_void_p, c_uint64, c_uint64)
 NOTE_FN = CFUNCTYPE(None, c_void_p, c_char_p)
 WRITTEN_FN = CFUNCTYPE(None, c_void_p, c_char_p, c_uint64)
@@ -119,6 +124,7 @@ MIRRORS = {
     "dvar_callbacks": Callbacks, "dvar_shard_count": ShardCount,
     "dvar_reshard_options": ReshardOptions, "dvar_export_options": ExportOptions,
     "dvar_import_source": ImportSource, "dvar_import_options": ImportOptions,
+    "dvar_read_request": ReadRequest,
 }
 
 # Options versions (DVAR_*_OPTIONS_VERSION) this package fills in.
@@ -150,6 +156,7 @@ PROTOTYPES = {
                                         POINTER(c_char_p)]),
     "dvar_reader_var_slice": (c_int, [_vp, c_size_t, c_size_t, POINTER(Slice)]),
     "dvar_reader_read": (c_int, [_vp, c_size_t, POINTER(Slice), _vp, c_size_t]),
+    "dvar_reader_read_many": (c_int, [_vp, POINTER(ReadRequest), c_size_t]),
     "dvar_reader_read_strings": (c_int, [_vp, c_size_t, POINTER(c_uint64), c_uint64, _vp,
                                          c_size_t, POINTER(c_uint64)]),
     "dvar_reader_map": (c_int, [_vp, c_size_t, c_size_t, c_uint32, POINTER(Mapping)]),

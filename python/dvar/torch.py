@@ -49,13 +49,15 @@ def load(path, names: Optional[Iterable[str]] = None,
     with Checkpoint(path, raw_bfloat16=True) as ck:
         wanted = list(ck) if names is None else ([names] if isinstance(names, str)
                                                   else list(names))
+        numeric = []
         for name in wanted:
-            t = ck[name]
-            if t.dvar_dtype == "string":
-                if names is None:
-                    continue
+            if ck[name].dvar_dtype != "string":
+                numeric.append(name)
+            elif names is not None:
                 raise TypeError("'%s' is a string tensor, which torch cannot hold" % name)
-            a = t.read()
+        arrays = ck.read_many(numeric)  # every read in flight together
+        for name in numeric:
+            t, a = ck[name], arrays[name]
             if t.dvar_dtype == "bfloat16":
                 x = _torch.from_numpy(a.view(np.int16)).view(_torch.bfloat16)
             else:

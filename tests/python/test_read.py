@@ -189,3 +189,51 @@ def test_root_opens_latest(tmp_path):
         assert np.asarray(ck["x"]).tolist() == [0, 2, 4]
     with dvar.open(os.path.join(root, "ckpt-1")) as ck:
         assert np.asarray(ck["x"]).tolist() == [0, 1, 2]
+
+
+@pytest.mark.parametrize("raw_bfloat16", [False, True])
+def test_read_many_equals_one_by_one(tmp_path, raw_bfloat16):
+    # Every dtype, many small variables and a few large ones, a 0-d one and
+    # an empty one, read in one batch, equal to reading each by itself.
+    rng = np.random.default_rng(5)
+    arrays = {"big": rng.random((600, 1024), dtype=np.float32),
+              "scalar": np.float64(2.5), "empty": np.zeros((0, 3), np.int32)}
+    for k, dt in enumerate(["int8", "uint8", "int16", "uint16", "int32", "uint32", "int64",
+                            "uint64", "float16", "float32", "float64", "bool"]):
+        for j in range(4):
+            arrays["v%02d_%d" % (k, j)] = (rng.integers(0, 100, size=37 + 101 * j)
+                                           .astype(dt))
+    path = str(tmp_path / "ck")
+    dvar.save(path, arrays)
+    with dvar.open(fixture_path("v2"), raw_bfloat16=raw_bfloat16) as ck:
+        got = ck.read_many()  # bfloat16 (as float32, or raw), sharded, empty
+        assert got["bf16"].tolist() == ([0x3F80, 0xC020] if raw_bfloat16 else [1.0, -2.5])
+        for name in ck:
+            np.testing.assert_array_equal(got[name], np.asarray(ck[name]))
+            assert got[name].dtype == ck[name].dtype
+    with dvar.open(path, raw_bfloat16=raw_bfloat16) as ck:
+        got = ck.read_many()
+        assert list(got) == list(ck)
+        for name in ck:
+            np.testing.assert_array_equal(got[name], np.asarray(ck[name]))
+            assert got[name].dtype == ck[name].dtype
+        np.testing.assert_array_equal(got["big"], arrays["big"])
+        some = ck.read_many(["v03_2", "big", "v03_2"])
+        assert list(some) == ["v03_2", "big"]
+        np.testing.assert_array_equal(some["v03_2"], arrays["v03_2"])
+        assert list(ck.read_many("scalar")) == ["scalar"]
+        assert ck.read_many([]) == {}
+        with pytest.raises(dvar.NotFound):
+            ck.read_many(["big", "nope"])
+        with pytest.raises(TypeError):
+            ck.read_many([3])
+    with pytest.raises(dvar.ClosedError):
+        ck.read_many()
+
+
+def test_read_many_strings():
+    # A TF checkpoint's string tensor comes back as from np.asarray.
+    with dvar.open(fixture_path("tf", "vars_and_arithmetic", "variables")) as ck:
+        got = ck.read_many()
+        assert got["_CHECKPOINTABLE_OBJECT_GRAPH"][()] == ck["_CHECKPOINTABLE_OBJECT_GRAPH"][()]
+        assert got["y/.ATTRIBUTES/VARIABLE_VALUE"][()] == 2.0

@@ -29,12 +29,14 @@ static void test_core_abi__sizes(void **state)
 	CHECK(dvar_export_options);
 	CHECK(dvar_import_source);
 	CHECK(dvar_import_options);
+	CHECK(dvar_read_request);
 #undef CHECK
 	/* What a ctypes mirror computes on x86-64 / aarch64 Linux (LP64). */
 	if (sizeof(void *) == 8) {
 		assert_int_equal(dvar_abi_sizeof("dvar_shape"), 4 + 4 + 8 * 8);
 		assert_int_equal(dvar_abi_sizeof("dvar_slice"), 4 + 4 + 2 * 8 * 8);
 		assert_int_equal(dvar_abi_sizeof("dvar_mapping"), 4 * 8);
+		assert_int_equal(dvar_abi_sizeof("dvar_read_request"), 4 * 8);
 	}
 }
 
