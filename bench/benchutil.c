@@ -6,6 +6,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <ftw.h>
 #include <limits.h>
 #include <signal.h>
@@ -422,6 +424,71 @@ double bench_raw_read(const char *path, void *buf, uint64_t bytes, int direct)
 	}
 	close(fd);
 	return bench_now() - t0;
+}
+
+typedef struct {
+	int fd;
+	unsigned char *buf;
+	uint64_t off, len;
+	atomic_uint_least64_t next;
+} range_read;
+
+static void *range_reader(void *arg)
+{
+	range_read *rr = arg;
+
+	for (;;) {
+		uint64_t at = atomic_fetch_add(&rr->next, BENCH_IO_BLOCK);
+		if (at >= rr->len)
+			return NULL;
+		uint64_t n = rr->len - at < BENCH_IO_BLOCK ? rr->len - at : BENCH_IO_BLOCK;
+		if (pread(rr->fd, rr->buf + at, (size_t)n, (off_t)(rr->off + at)) != (ssize_t)n)
+			bench_fatal("O_DIRECT read of %llu bytes at %llu: %s", (unsigned long long)n,
+			            (unsigned long long)(rr->off + at), strerror(errno));
+	}
+}
+
+double bench_raw_read_range(const char *path, void *buf, uint64_t off, uint64_t len, int threads,
+                            int cold)
+{
+	uint64_t lo = off / 4096 * 4096, hi = (off + len + 4095) / 4096 * 4096;
+	pthread_t th[64];
+	double t0, buffered, direct;
+	int fd;
+
+	if (cold)
+		bench_drop_caches();
+	if ((fd = open(path, O_RDONLY)) < 0)
+		bench_fatal("open %s: %s", path, strerror(errno));
+	t0 = bench_now();
+	for (uint64_t done = 0; done < len;) {
+		uint64_t n = len - done < BENCH_IO_BLOCK ? len - done : BENCH_IO_BLOCK;
+		ssize_t r = pread(fd, (char *)buf + done, (size_t)n, (off_t)(off + done));
+		if (r <= 0)
+			bench_fatal("read %s: %s", path, r < 0 ? strerror(errno) : "short file");
+		done += (uint64_t)r;
+	}
+	buffered = bench_now() - t0;
+	close(fd);
+
+	if (cold)
+		bench_drop_caches();
+	if ((fd = open(path, O_RDONLY | O_DIRECT)) < 0)
+		return buffered; /* tmpfs */
+	range_read rr = { fd, buf, lo, hi - lo, 0 };
+	if (threads < 1)
+		threads = 1;
+	if (threads > 64)
+		threads = 64;
+	t0 = bench_now();
+	for (int k = 0; k < threads; k++)
+		if (pthread_create(&th[k], NULL, range_reader, &rr))
+			bench_fatal("cannot start a thread");
+	for (int k = 0; k < threads; k++)
+		pthread_join(th[k], NULL);
+	direct = bench_now() - t0;
+	close(fd);
+	return direct < buffered ? direct : buffered;
 }
 
 int bench_drop_caches(void)

@@ -167,6 +167,14 @@ double bench_raw_write(const char *path, const void *buf, uint64_t bytes, int di
  * (O_DIRECT with direct); bench_fatal on an error or a short file. */
 double bench_raw_read(const char *path, void *buf, uint64_t bytes, int direct);
 
+/* Seconds to read the len bytes at off of path into buf, the faster of
+ * two ways (each after a cache drop when cold): one buffered read() after
+ * another (the kernel's readahead), and the page-aligned cover of the
+ * range with O_DIRECT, 4 MiB reads in `threads` threads at once. The
+ * machine's limit for reading those bytes; bench_fatal on an error. */
+double bench_raw_read_range(const char *path, void *buf, uint64_t off, uint64_t len, int threads,
+                            int cold);
+
 /* Drop the page cache (root only), dirty pages flushed first: 0 when it
  * worked, else -1. */
 int bench_drop_caches(void);
