@@ -114,9 +114,13 @@ static int finish(dvar_writer *w, dvar_bytes *entries)
 	int rc = dvar_writer_end_data(w);
 	if (rc)
 		return rc;
-	if (!(w->opts.flags & DVAR_WRITE_NO_FSYNC) && fsync(w->fd) != 0) {
-		w->broken = 1;
-		return dvar_error_set_errno(DVAR_EIO, errno, "fsync '%s'", w->data_shown);
+	if (!(w->opts.flags & DVAR_WRITE_NO_FSYNC)) {
+		double t0 = dvar_now();
+		if (fsync(w->fd) != 0) {
+			w->broken = 1;
+			return dvar_error_set_errno(DVAR_EIO, errno, "fsync '%s'", w->data_shown);
+		}
+		dvar_writer_note_flush((uint64_t)((dvar_now() - t0) * 1e9), atomic_load(&w->next_offset));
 	}
 	DVAR_FAULT_POINT("data-synced");
 	close(w->fd);

@@ -386,51 +386,88 @@ static uint64_t ns_since(double t0)
 	return d > 0 ? (uint64_t)(d * 1e9) : 0;
 }
 
-/* Nanoseconds per raw byte of what account a holds; -1 under one chunk's worth. */
-static double cost_per_byte(const dvar_writer *w, const dvar_cost *a)
+/* What the fsync of a data file cost per byte, in picoseconds, as last
+ * measured in this process (dvar_writer_note_flush); 0 before any. */
+static atomic_uint_least64_t flush_ps_per_byte;
+
+void dvar_writer_note_flush(uint64_t ns, uint64_t bytes)
 {
-	double bytes = (double)atomic_load(&a->bytes);
-	return bytes < (double)w->opts.chunk_size ? -1 : (double)atomic_load(&a->ns) / bytes;
+	/* A small file's fsync is mostly its fixed cost, not a rate. */
+	if (bytes < ((uint64_t)16 << 20))
+		return;
+	uint64_t now = (uint64_t)((double)ns * 1000.0 / (double)bytes);
+	uint64_t old = atomic_load(&flush_ps_per_byte);
+	atomic_store(&flush_ps_per_byte, old ? (old + now) / 2 : now);
 }
 
-/* A chunk of len raw bytes went one way (DVAR_CODEC_*) in ns. */
-static void cost_add(const dvar_writer *w, dvar_cost *a, uint64_t ns, uint64_t len)
+/* What flushing n stored bytes will cost at the commit: an O_DIRECT write
+ * returns before the device has the bytes for good, and the fsync that
+ * waits for them is paid per byte stored, which lz4 halves on zero rows. */
+static uint64_t flush_ns(const dvar_writer *w, uint64_t n)
+{
+	if (w->opts.flags & DVAR_WRITE_NO_FSYNC)
+		return 0;
+	return (uint64_t)((double)n * (double)atomic_load(&flush_ps_per_byte) / 1000.0);
+}
+
+/*
+ * Nanoseconds per raw byte the chunks in account a cost the save's wall
+ * time, or -1 under one chunk's worth: the encoding runs on all the
+ * writer's threads at once, their writes together take about what one
+ * thread sees, divided by the threads, and the flush at the commit comes
+ * after, per stored byte. lz4's encoding and its writes overlap (one
+ * thread compresses while another writes), so the slower of the two.
+ */
+static double cost_per_byte(const dvar_writer *w, const dvar_cost *a)
+{
+	double bytes = (double)atomic_load(&a->bytes), threads = dvar_pool_size(w->pool);
+	if (bytes < (double)w->opts.chunk_size)
+		return -1;
+	double ratio = (double)atomic_load(&a->stored) / bytes;
+	double cpu = (double)atomic_load(&a->cpu_ns) / bytes / threads;
+	double write = (double)atomic_load(&a->write_ns) / bytes / threads;
+	return (cpu > write ? cpu : write) + ratio * (double)flush_ns(w, 1000000) / 1e6;
+}
+
+/* A chunk of len raw bytes went one way (DVAR_CODEC_*): stored bytes, and ns. */
+static void cost_add(const dvar_writer *w, dvar_cost *a, uint64_t cpu_ns, uint64_t write_ns,
+                     uint64_t len, uint64_t stored)
 {
 	uint64_t bytes = atomic_fetch_add(&a->bytes, len) + len;
 	if (bytes > AUTO_WINDOW_CHUNKS * w->opts.chunk_size) {
-		/* Racy halving: both figures stay about in proportion, which is all that is used. */
+		/* Racy halving: the figures stay about in proportion, which is all that is used. */
 		atomic_store(&a->bytes, bytes / 2);
-		atomic_store(&a->ns, (atomic_load(&a->ns) + ns) / 2);
+		atomic_store(&a->stored, (atomic_load(&a->stored) + stored) / 2);
+		atomic_store(&a->cpu_ns, (atomic_load(&a->cpu_ns) + cpu_ns) / 2);
+		atomic_store(&a->write_ns, (atomic_load(&a->write_ns) + write_ns) / 2);
 	} else {
-		atomic_fetch_add(&a->ns, ns);
+		atomic_fetch_add(&a->stored, stored);
+		atomic_fetch_add(&a->cpu_ns, cpu_ns);
+		atomic_fetch_add(&a->write_ns, write_ns);
 	}
 }
 
 /*
- * AUTO, for a chunk lz4 would shrink: compress it? Each way's account holds
- * what this save's chunks actually cost, per raw byte, in the time of the
- * thread that stored them: lz4 and the write of what it left, or the write
- * of the raw bytes. The cheaper way wins, so a CPU busy with other work,
- * which slows lz4 and not the disk, turns compression off. Until lz4 has
- * been timed the sample's speed decides; until raw writes have been timed
- * the chunk goes raw to time them.
+ * AUTO: compress this chunk? Each way's account holds what this save's
+ * chunks actually cost, per raw byte, in the time of the thread that stored
+ * them: lz4 and the write of what it left, or the write of the raw bytes;
+ * each plus the flush of its stored bytes at the commit, at the rate the
+ * last data file's fsync ran. The cheaper way wins, so a CPU busy with
+ * other work, which slows lz4 and not the disk, turns compression off.
+ * Only a chunk lz4 might win is looked at (does lz4 save >= 10% on a few
+ * pieces?): while raw writes are cheaper, even of data lz4 would shrink,
+ * the look itself is skipped. Until lz4 has been timed the look's speed
+ * decides; until raw writes have been timed the chunk goes raw to time them.
+ * One chunk in AUTO_EXPLORE refreshes the account of the way that lost.
  */
-static int auto_choice(dvar_writer *w, double sample_bytes_per_sec)
-{
-	double raw = cost_per_byte(w, &w->cost[DVAR_CODEC_RAW]);
-	double lz4 = cost_per_byte(w, &w->cost[DVAR_CODEC_LZ4]);
-	uint64_t tick = atomic_fetch_add(&w->auto_tick, 1);
-	if (lz4 < 0)
-		return sample_bytes_per_sec * dvar_pool_size(w->pool) >= LZ4_MIN_SAMPLE_BYTES_PER_SEC;
-	if (raw < 0)
-		return 0;
-	int best = lz4 < raw;
-	return tick % AUTO_EXPLORE == AUTO_EXPLORE - 1 ? !best : best;
-}
-
-/* A cheap look at a chunk: does lz4 save >= 10% on a few pieces, fast enough? */
 static int lz4_pays(dvar_writer *w, const unsigned char *raw, size_t len, unsigned char *out)
 {
+	double raw_cost = cost_per_byte(w, &w->cost[DVAR_CODEC_RAW]);
+	double lz4_cost = cost_per_byte(w, &w->cost[DVAR_CODEC_LZ4]);
+	int explore = atomic_fetch_add(&w->auto_tick, 1) % AUTO_EXPLORE == AUTO_EXPLORE - 1;
+	int best = lz4_cost >= 0 && raw_cost >= 0 ? lz4_cost < raw_cost : -1; /* -1: not known */
+	if (best == 0 && !explore)
+		return 0;
 	size_t pieces = len >= 4 * SAMPLE_PIECE ? 4 : 1;
 	size_t plen = pieces == 1 ? len : SAMPLE_PIECE;
 	size_t step = pieces == 1 ? 0 : (len - plen) / (pieces - 1);
@@ -452,7 +489,26 @@ static int lz4_pays(dvar_writer *w, const unsigned char *raw, size_t len, unsign
 	double secs = dvar_now() - t0;
 	if (packed * 10 > in * 9)
 		return 0;
-	return auto_choice(w, secs > 0 ? (double)in / secs : 1e30);
+	if (best == 0) {
+		/* Exploring while raw writes win: lz4's account is refreshed from the
+		 * look alone (its pace on the pieces, plus the checksum and the write
+		 * of what it would leave at the raw chunks' pace), not by compressing
+		 * a whole chunk at a cost that can be several raw chunks' (measured:
+		 * 5 % of a save of element-sparse data, exploring 1 chunk in 64). */
+		const dvar_cost *r = &w->cost[DVAR_CODEC_RAW];
+		double rb = (double)atomic_load(&r->bytes), stored = (double)len * (double)packed / (double)in;
+		double cpu = secs * 1e9 * (double)len / (double)in +
+		             (double)atomic_load(&r->cpu_ns) / rb * (double)len;
+		cost_add(w, &w->cost[DVAR_CODEC_LZ4], (uint64_t)cpu,
+		         (uint64_t)((double)atomic_load(&r->write_ns) / rb * stored), len, (uint64_t)stored);
+		return 0;
+	}
+	if (lz4_cost < 0)
+		return (secs > 0 ? (double)in / secs : 1e30) * dvar_pool_size(w->pool) >=
+		       LZ4_MIN_SAMPLE_BYTES_PER_SEC;
+	if (raw_cost < 0)
+		return 0;
+	return explore ? !best : best;
 }
 
 static int write_padded(dvar_writer *w, const unsigned char *buf, size_t padded, uint64_t off)
@@ -573,12 +629,14 @@ static int write_chunk(void *vctx, size_t k)
 		memset(buf + c->stored, 0, padded - (size_t)c->stored);
 	if (!ctx->preassigned)
 		c->offset = reserve(w, padded);
+	uint64_t cpu_ns = ns_since(t0); /* lz4, checksums, copies */
+	double t1 = dvar_now();
 	rc = write_padded(w, out, padded, c->offset);
 	if (buf)
 		dvar_stash_push(w->buffers, buf, free);
 	if (rc == DVAR_OK) {
 		if (w->opts.compress == DVAR_COMPRESS_AUTO)
-			cost_add(w, &w->cost[c->codec], ns_since(t0), len);
+			cost_add(w, &w->cost[c->codec], cpu_ns, ns_since(t1), len, padded);
 		atomic_fetch_add(&w->bytes_done, len);
 		DVAR_FAULT_POINT("chunk-written");
 		report_progress(w);

@@ -14,9 +14,10 @@
 
 DVAR_BEGIN_DECL
 
-/* Time spent storing chunks one way, and their raw bytes. */
+/* Chunks stored one way: the time spent encoding them (lz4, checksums,
+ * copies) and writing them, their raw and their stored bytes. */
 typedef struct {
-	atomic_uint_least64_t ns, bytes;
+	atomic_uint_least64_t cpu_ns, write_ns, bytes, stored;
 } dvar_cost;
 
 struct dvar_writer {
@@ -84,6 +85,10 @@ struct dvar_writer {
 /* Complete the data file before a part's entries are encoded: the block of
  * packed chunks written (their offsets given), the file cut to its bytes. */
 int dvar_writer_end_data(dvar_writer *w);
+
+/* A data file of bytes took ns to fsync: the rate AUTO charges each chunk's
+ * stored bytes with (writer.c, flush_ns). */
+void dvar_writer_note_flush(uint64_t ns, uint64_t bytes);
 
 /* DVAR_EINVAL unless slices may be added: not finished, broken or streaming. */
 int dvar_writer_check_usable(const dvar_writer *w);
