@@ -929,23 +929,13 @@ static void create_state(void)
 	}
 }
 
-static void finalize(void)
-{
-	MPI_Finalize();
-}
-
 int main(int argc, char **argv)
 {
-	static bench_program prog = { PROGRAM, 0, usage, abort_all, finalize };
-	int provided;
+	static bench_program prog = { PROGRAM, 0, usage, abort_all, bench_mpi_finalize };
+	int serialized = bench_mpi_init(&argc, &argv, &prog, &g.rank, &g.W);
 
-	MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
-	MPI_Comm_rank(MPI_COMM_WORLD, &g.rank);
-	MPI_Comm_size(MPI_COMM_WORLD, &g.W);
-	prog.rank = g.rank;
-	bench_init(&prog);
 	parse_args(argc, argv);
-	if (provided < MPI_THREAD_SERIALIZED)
+	if (!serialized)
 		bench_fatal("MPI gives no MPI_THREAD_SERIALIZED support, which dvar needs");
 	g.load_start = bench_load_average();
 	g.seed = 0x243f6a8885a308d3ull;

@@ -53,3 +53,20 @@ void bench_mpi_release(void)
 	for (int w = 1; w < W; w++)
 		MPI_Send(&token, 1, MPI_INT, w, RELEASE_TAG, MPI_COMM_WORLD);
 }
+
+int bench_mpi_init(int *argc, char ***argv, bench_program *prog, int *rank, int *size)
+{
+	int provided;
+
+	MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided);
+	MPI_Comm_rank(MPI_COMM_WORLD, rank);
+	MPI_Comm_size(MPI_COMM_WORLD, size);
+	prog->rank = *rank;
+	bench_init(prog);
+	return provided >= MPI_THREAD_SERIALIZED;
+}
+
+void bench_mpi_finalize(void)
+{
+	MPI_Finalize();
+}

@@ -8,6 +8,19 @@
 #ifndef DVAR_BENCHMPI_H
 #define DVAR_BENCHMPI_H
 
+#include "benchutil.h"
+
+/**
+ * MPI started with MPI_THREAD_SERIALIZED, as dvar needs; this worker's rank
+ * and the worker count in *rank and *size; prog given the rank and set up
+ * (bench_init). Returns whether MPI gives that thread support, for the
+ * caller to fail its own way once its options are parsed.
+ */
+int bench_mpi_init(int *argc, char ***argv, bench_program *prog, int *rank, int *size);
+
+/** MPI_Finalize, as a bench_program's finalize. */
+void bench_mpi_finalize(void);
+
 /** Workers other than 0: sleep until worker 0 calls bench_mpi_release. */
 void bench_mpi_hold(void);
 
