@@ -29,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "format/writer.h"
@@ -386,6 +387,15 @@ static uint64_t ns_since(double t0)
 	return d > 0 ? (uint64_t)(d * 1e9) : 0;
 }
 
+/* CPU time of the calling thread, in ns. */
+static uint64_t thread_cpu_ns(void)
+{
+	struct timespec ts;
+	if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts))
+		return 0;
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 /* What the fsync of a data file cost per byte, in picoseconds, as last
  * measured in this process (dvar_writer_note_flush); 0 before any. */
 static atomic_uint_least64_t flush_ps_per_byte;
@@ -412,37 +422,47 @@ static uint64_t flush_ns(const dvar_writer *w, uint64_t n)
 
 /*
  * Nanoseconds per raw byte the chunks in account a cost the save's wall
- * time, or -1 under one chunk's worth: the encoding runs on all the
- * writer's threads at once, their writes together take about what one
- * thread sees, divided by the threads, and the flush at the commit comes
- * after, per stored byte. lz4's encoding and its writes overlap (one
- * thread compresses while another writes), so the slower of the two.
+ * time, or -1 under one chunk's worth: the encoding runs on the writer's
+ * threads at once, as far as they get a CPU each (their CPU time over
+ * their encoding's time on the clock says how far: another process keeping
+ * the CPUs busy takes that parallelism away); their writes together take
+ * about what one thread sees, divided by the threads; and the flush at the
+ * commit comes after, per stored byte. lz4's encoding and its writes
+ * overlap (one thread compresses while another writes), so the slower of
+ * the two.
  */
 static double cost_per_byte(const dvar_writer *w, const dvar_cost *a)
 {
 	double bytes = (double)atomic_load(&a->bytes), threads = dvar_pool_size(w->pool);
 	if (bytes < (double)w->opts.chunk_size)
 		return -1;
+	double encode = (double)atomic_load(&a->encode_ns);
+	double on_cpu = (double)atomic_load(&a->encode_cpu_ns);
+	double parallel = encode > 0 && on_cpu < encode ? threads * on_cpu / encode : threads;
+	if (parallel < 1)
+		parallel = 1;
 	double ratio = (double)atomic_load(&a->stored) / bytes;
-	double cpu = (double)atomic_load(&a->cpu_ns) / bytes / threads;
+	double cpu = encode / bytes / parallel;
 	double write = (double)atomic_load(&a->write_ns) / bytes / threads;
 	return (cpu > write ? cpu : write) + ratio * (double)flush_ns(w, 1000000) / 1e6;
 }
 
 /* A chunk of len raw bytes went one way (DVAR_CODEC_*): stored bytes, and ns. */
-static void cost_add(const dvar_writer *w, dvar_cost *a, uint64_t cpu_ns, uint64_t write_ns,
-                     uint64_t len, uint64_t stored)
+static void cost_add(const dvar_writer *w, dvar_cost *a, uint64_t encode_ns, uint64_t encode_cpu_ns,
+                     uint64_t write_ns, uint64_t len, uint64_t stored)
 {
 	uint64_t bytes = atomic_fetch_add(&a->bytes, len) + len;
 	if (bytes > AUTO_WINDOW_CHUNKS * w->opts.chunk_size) {
 		/* Racy halving: the figures stay about in proportion, which is all that is used. */
 		atomic_store(&a->bytes, bytes / 2);
 		atomic_store(&a->stored, (atomic_load(&a->stored) + stored) / 2);
-		atomic_store(&a->cpu_ns, (atomic_load(&a->cpu_ns) + cpu_ns) / 2);
+		atomic_store(&a->encode_ns, (atomic_load(&a->encode_ns) + encode_ns) / 2);
+		atomic_store(&a->encode_cpu_ns, (atomic_load(&a->encode_cpu_ns) + encode_cpu_ns) / 2);
 		atomic_store(&a->write_ns, (atomic_load(&a->write_ns) + write_ns) / 2);
 	} else {
 		atomic_fetch_add(&a->stored, stored);
-		atomic_fetch_add(&a->cpu_ns, cpu_ns);
+		atomic_fetch_add(&a->encode_ns, encode_ns);
+		atomic_fetch_add(&a->encode_cpu_ns, encode_cpu_ns);
 		atomic_fetch_add(&a->write_ns, write_ns);
 	}
 }
@@ -480,28 +500,34 @@ static int lz4_pays(dvar_writer *w, const unsigned char *raw, size_t len, unsign
 			sink ^= raw[step * k + i];
 	(void)sink;
 	double t0 = dvar_now();
+	uint64_t c0 = thread_cpu_ns();
 	for (size_t k = 0; k < pieces; k++) {
 		int n = LZ4_compress_fast((const char *)raw + step * k, (char *)out, (int)plen,
 		                          LZ4_compressBound((int)plen), LZ4_ACCELERATION);
 		in += plen;
 		packed += n > 0 ? (size_t)n : plen;
 	}
-	double secs = dvar_now() - t0;
+	double secs = dvar_now() - t0, cpu_secs = (double)(thread_cpu_ns() - c0) / 1e9;
 	if (packed * 10 > in * 9)
 		return 0;
-	if (best == 0) {
-		/* Exploring while raw writes win: lz4's account is refreshed from the
-		 * look alone (its pace on the pieces, plus the checksum and the write
-		 * of what it would leave at the raw chunks' pace), not by compressing
-		 * a whole chunk at a cost that can be several raw chunks' (measured:
-		 * 5 % of a save of element-sparse data, exploring 1 chunk in 64). */
+	if (best == 0 || (lz4_cost < 0 && raw_cost >= 0)) {
+		/* Exploring while raw writes win, or lz4 not timed yet: lz4's account
+		 * is filled from the look alone (its pace on the pieces, plus the
+		 * checksum and the write of what it would leave at the raw chunks'
+		 * pace), not by compressing a whole chunk at a cost that can be
+		 * several raw chunks' (measured: 5 % of a save of element-sparse
+		 * data, exploring 1 chunk in 64). Once it holds a chunk's worth, the
+		 * accounts decide, and chunks are looked at only when lz4 wins. */
 		const dvar_cost *r = &w->cost[DVAR_CODEC_RAW];
 		double rb = (double)atomic_load(&r->bytes), stored = (double)len * (double)packed / (double)in;
-		double cpu = secs * 1e9 * (double)len / (double)in +
-		             (double)atomic_load(&r->cpu_ns) / rb * (double)len;
-		cost_add(w, &w->cost[DVAR_CODEC_LZ4], (uint64_t)cpu,
+		double scale = (double)len / (double)in * 1e9;
+		double crc = (double)atomic_load(&r->encode_ns) / rb * (double)len;
+		double crc_cpu = (double)atomic_load(&r->encode_cpu_ns) / rb * (double)len;
+		cost_add(w, &w->cost[DVAR_CODEC_LZ4], (uint64_t)(secs * scale + crc),
+		         (uint64_t)(cpu_secs * scale + crc_cpu),
 		         (uint64_t)((double)atomic_load(&r->write_ns) / rb * stored), len, (uint64_t)stored);
-		return 0;
+		if (best == 0)
+			return 0;
 	}
 	if (lz4_cost < 0)
 		return (secs > 0 ? (double)in / secs : 1e30) * dvar_pool_size(w->pool) >=
@@ -618,6 +644,7 @@ static int write_chunk(void *vctx, size_t k)
 	if ((w->opts.compress != DVAR_COMPRESS_NONE || !in_place) && !(buf = buffer_get(w)))
 		return DVAR_ENOMEM;
 	double t0 = dvar_now();
+	uint64_t c0 = w->opts.compress == DVAR_COMPRESS_AUTO ? thread_cpu_ns() : 0;
 	const unsigned char *out = encode_chunk(w, se, i, raw, len,
 	                                        w->opts.compress != DVAR_COMPRESS_NONE ? buf : NULL);
 	if (out == raw && !in_place) {
@@ -629,14 +656,15 @@ static int write_chunk(void *vctx, size_t k)
 		memset(buf + c->stored, 0, padded - (size_t)c->stored);
 	if (!ctx->preassigned)
 		c->offset = reserve(w, padded);
-	uint64_t cpu_ns = ns_since(t0); /* lz4, checksums, copies */
+	uint64_t encode_ns = ns_since(t0); /* lz4, checksums, copies */
+	uint64_t encode_cpu_ns = w->opts.compress == DVAR_COMPRESS_AUTO ? thread_cpu_ns() - c0 : 0;
 	double t1 = dvar_now();
 	rc = write_padded(w, out, padded, c->offset);
 	if (buf)
 		dvar_stash_push(w->buffers, buf, free);
 	if (rc == DVAR_OK) {
 		if (w->opts.compress == DVAR_COMPRESS_AUTO)
-			cost_add(w, &w->cost[c->codec], cpu_ns, ns_since(t1), len, padded);
+			cost_add(w, &w->cost[c->codec], encode_ns, encode_cpu_ns, ns_since(t1), len, padded);
 		atomic_fetch_add(&w->bytes_done, len);
 		DVAR_FAULT_POINT("chunk-written");
 		report_progress(w);

@@ -15,9 +15,10 @@
 DVAR_BEGIN_DECL
 
 /* Chunks stored one way: the time spent encoding them (lz4, checksums,
- * copies) and writing them, their raw and their stored bytes. */
+ * copies), on the clock and on the thread's CPU, the time spent writing
+ * them, their raw and their stored bytes. */
 typedef struct {
-	atomic_uint_least64_t cpu_ns, write_ns, bytes, stored;
+	atomic_uint_least64_t encode_ns, encode_cpu_ns, write_ns, bytes, stored;
 } dvar_cost;
 
 struct dvar_writer {
