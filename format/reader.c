@@ -1666,6 +1666,9 @@ int dvar_reader_read_many(dvar_reader *r, const dvar_read_request *reqs, size_t 
 		return dvar_error_set(DVAR_EINVAL, "dvar_reader_read_many: reader is NULL");
 	if (n && !reqs)
 		return dvar_error_set(DVAR_EINVAL, "dvar_reader_read_many: %zu requests at NULL", n);
+	if (n > SIZE_MAX / sizeof(read_ctx) - 1)
+		return dvar_error_set(DVAR_EINVAL, "dvar_reader_read_many: %zu requests are more than "
+		                      "memory can hold", n);
 	dvar_slice *wants = malloc((n ? n : 1) * sizeof(*wants));
 	read_ctx *ctxs = calloc(n ? n : 1, sizeof(*ctxs));
 	size_t *first = malloc((n + 1) * sizeof(*first));

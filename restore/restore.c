@@ -308,10 +308,9 @@ static int read_shards(dvar_reader *r, const target *t)
 static int assign_batch(dvar_reader *r, target *const *batch, size_t n)
 {
 	dvar_read_request req[BATCH_MAX] = { { 0 } };
-	size_t k;
 	int rc = DVAR_OK;
 
-	for (k = 0; k < n && rc == DVAR_OK; k++) {
+	for (size_t k = 0; k < n && rc == DVAR_OK; k++) {
 		const target *t = batch[k];
 		/* Page-aligned, so that a cold read can land in it with O_DIRECT. */
 		req[k] = (dvar_read_request){ t->index, NULL, t->v ? dvar_page_alloc(t->nbytes, 0) : t->data,
@@ -324,9 +323,9 @@ static int assign_batch(dvar_reader *r, target *const *batch, size_t n)
 	for (size_t i = 0; i < n && rc == DVAR_OK; i++)
 		if (batch[i]->v && (rc = dvar_variable_restore(batch[i]->v, req[i].dst)) != DVAR_OK)
 			dvar_error_prefix("restoring '%s'", batch[i]->name);
-	for (size_t i = 0; i < k; i++)
+	for (size_t i = 0; i < n; i++)
 		if (batch[i]->v)
-			free(req[i].dst);
+			free(req[i].dst); /* NULL where allocation stopped */
 	return rc;
 }
 

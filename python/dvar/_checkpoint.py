@@ -247,7 +247,7 @@ class Checkpoint(Mapping[str, "Tensor"]):
         """
         wanted = list(self) if names is None else ([names] if isinstance(names, str)
                                                    else list(names))
-        tensors = [self[n] for n in wanted]
+        tensors = [self[n] for n in dict.fromkeys(wanted)]  # each read once
         out: Dict[str, np.ndarray] = {}
         numeric = [t for t in tensors if t._code != _dtypes.STRING]
         boxes = [np.empty(t.shape, dtype=_dtypes.STORAGE[t._code]) for t in numeric]

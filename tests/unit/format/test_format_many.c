@@ -281,6 +281,8 @@ static void bad_requests(void **state)
 	assert_int_equal(dvar_reader_read_many(NULL, p.req, p.n), DVAR_EINVAL);
 	assert_int_equal(dvar_reader_read_many(r, NULL, 2), DVAR_EINVAL);
 	tu_assert_error_contains("2 requests at NULL");
+	assert_int_equal(dvar_reader_read_many(r, p.req, SIZE_MAX), DVAR_EINVAL);
+	tu_assert_error_contains("more than memory can hold");
 
 	/* A bad request anywhere stops the batch before any read: the first
 	 * requests' destinations keep their fill. */
