@@ -327,11 +327,18 @@ static int header(json *j)
 		return rc;
 	do {
 		char *name = NULL;
+		ws(j);
+		const char *at = j->p;
 		if ((rc = string(j, &name)) != DVAR_OK)
 			return rc;
 		if ((rc = want(j, ':')) != DVAR_OK) {
 			free(name);
 			return rc;
+		}
+		if (!name[0]) {
+			free(name);
+			j->p = at;
+			return bad(j, "a tensor with an empty name");
 		}
 		if (strcmp(name, "__metadata__") == 0) {
 			free(name);

@@ -623,6 +623,8 @@ static void test_safetensors_errors(void **state)
 		{ "{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}", DVAR_ECORRUPT,
 		  "bad safetensors header" },
 		{ "{\"w\\q\":{}}", DVAR_ECORRUPT, "bad escape" },
+		{ "{\"\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[0,4]}}", DVAR_ECORRUPT,
+		  "at byte 9: a tensor with an empty name" },
 		{ "{\"w\":{\"dtype\":\"F32\",\"shape\":[1,1,1,1,1,1,1,1,1],\"data_offsets\":[0,4]}}",
 		  DVAR_ENOTSUPP, "rank 9 is above dvar's maximum of 8" },
 	};
