@@ -84,6 +84,15 @@ int dvar_crc32c__hw(uint32_t crc, const void *buf, size_t len, uint32_t *out);
  */
 void *dvar_page_alloc(size_t size, int zero);
 
+/**
+ * Room for element len of an array that has *cap: arr itself while len <
+ * *cap, else arr realloc'ed to twice *cap (first when *cap is 0) with *cap
+ * updated; NULL when out of memory (arr untouched, still the caller's).
+ * Doubling keeps n appends linear: growing by one element copied the whole
+ * array each time (quadratic in a reshard to thousands of slices).
+ */
+void *dvar_grow(void *arr, size_t len, size_t *cap, size_t elem, size_t first);
+
 /* ---------------------------------------------------------------- thread pool */
 
 typedef struct dvar_pool dvar_pool;

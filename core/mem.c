@@ -40,3 +40,16 @@ void dvar_free(void *p)
 {
 	free(p);
 }
+
+void *dvar_grow(void *arr, size_t len, size_t *cap, size_t elem, size_t first)
+{
+	if (len < *cap)
+		return arr;
+	size_t ncap = *cap ? *cap * 2 : first;
+	if (ncap < *cap || ncap > SIZE_MAX / elem)
+		return NULL;
+	void *p = realloc(arr, ncap * elem);
+	if (p)
+		*cap = ncap;
+	return p;
+}

@@ -36,17 +36,13 @@ void *dvar_stash_pop(dvar_stash *s)
 void dvar_stash_push(dvar_stash *s, void *item, void (*release)(void *))
 {
 	pthread_mutex_lock(&s->lock);
-	if (s->n == s->cap) {
-		size_t cap = s->cap ? s->cap * 2 : 8;
-		void **p = realloc(s->items, cap * sizeof(void *));
-		if (!p) {
-			pthread_mutex_unlock(&s->lock);
-			release(item); /* nowhere to keep it */
-			return;
-		}
-		s->items = p;
-		s->cap = cap;
+	void **p = dvar_grow(s->items, s->n, &s->cap, sizeof(void *), 8);
+	if (!p) {
+		pthread_mutex_unlock(&s->lock);
+		release(item); /* nowhere to keep it */
+		return;
 	}
+	s->items = p;
 	s->items[s->n++] = item;
 	pthread_mutex_unlock(&s->lock);
 }

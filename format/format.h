@@ -107,8 +107,9 @@ typedef struct {
 	size_t num_pieces;
 	dvar_piece *pieces;
 	/* Writer: the largest end row of the slices added so far
-	 * (dvar_slice_overlaps). */
+	 * (dvar_slice_overlaps), and the room in slices and pieces. */
 	int64_t rows_end;
+	size_t cap_slices, cap_pieces;
 	/* Reader of a delta: the variable's index in the base's reader. */
 	size_t base_index;
 } dvar_var_entry;

@@ -142,14 +142,10 @@ static int visit(void *ud, const void *key, size_t klen, const void *val, size_t
 		char name[DVAR_MAX_NAME + 1];
 		memcpy(name, k + 1, klen - 1);
 		name[klen - 1] = '\0';
-		if (r->num_vars == st->cap_vars) {
-			size_t cap = st->cap_vars ? st->cap_vars * 2 : 16;
-			dvar_var_entry *p = realloc(r->vars, cap * sizeof(*p));
-			if (!p)
-				return dvar_error_set(DVAR_ENOMEM, "out of memory");
-			r->vars = p;
-			st->cap_vars = cap;
-		}
+		dvar_var_entry *p = dvar_grow(r->vars, r->num_vars, &st->cap_vars, sizeof(*p), 16);
+		if (!p)
+			return dvar_error_set(DVAR_ENOMEM, "out of memory");
+		r->vars = p;
 		if ((rc = dvar_var_decode(&r->vars[r->num_vars], name, val, vlen, r->header.version >= 3)))
 			return rc;
 		r->num_vars++;
@@ -160,16 +156,12 @@ static int visit(void *ud, const void *key, size_t klen, const void *val, size_t
 	if (r->header.version >= 3 && numbered_key(k, klen, 'p', &kname, &kj)) {
 		if (!kname)
 			return dvar_error_set(DVAR_ENOMEM, "out of memory");
-		if (st->num_pieces == st->cap_pieces) {
-			size_t cap = st->cap_pieces ? st->cap_pieces * 2 : 16;
-			pending_piece *p = realloc(st->pieces, cap * sizeof(*p));
-			if (!p) {
-				free(kname);
-				return dvar_error_set(DVAR_ENOMEM, "out of memory");
-			}
-			st->pieces = p;
-			st->cap_pieces = cap;
+		pending_piece *p = dvar_grow(st->pieces, st->num_pieces, &st->cap_pieces, sizeof(*p), 16);
+		if (!p) {
+			free(kname);
+			return dvar_error_set(DVAR_ENOMEM, "out of memory");
 		}
+		st->pieces = p;
 		pending_piece *pp = &st->pieces[st->num_pieces];
 		pp->name = kname;
 		pp->j = kj;
@@ -185,16 +177,12 @@ static int visit(void *ud, const void *key, size_t klen, const void *val, size_t
 	if (numbered_key(k, klen, 's', &kname, &kj)) {
 		if (!kname)
 			return dvar_error_set(DVAR_ENOMEM, "out of memory");
-		if (st->num_slices == st->cap_slices) {
-			size_t cap = st->cap_slices ? st->cap_slices * 2 : 16;
-			pending_slice *p = realloc(st->slices, cap * sizeof(*p));
-			if (!p) {
-				free(kname);
-				return dvar_error_set(DVAR_ENOMEM, "out of memory");
-			}
-			st->slices = p;
-			st->cap_slices = cap;
+		pending_slice *p = dvar_grow(st->slices, st->num_slices, &st->cap_slices, sizeof(*p), 16);
+		if (!p) {
+			free(kname);
+			return dvar_error_set(DVAR_ENOMEM, "out of memory");
 		}
+		st->slices = p;
 		pending_slice *ps = &st->slices[st->num_slices];
 		ps->name = kname;
 		ps->j = kj;
@@ -1241,14 +1229,10 @@ static int note_need(void *ud, const dvar_slice *box, uint64_t flat)
 
 static int add_task(read_ctx *ctx, task t)
 {
-	if (ctx->num_tasks == ctx->cap_tasks) {
-		size_t cap = ctx->cap_tasks ? ctx->cap_tasks * 2 : 64;
-		task *p = realloc(ctx->tasks, cap * sizeof(task));
-		if (!p)
-			return dvar_error_set(DVAR_ENOMEM, "out of memory");
-		ctx->tasks = p;
-		ctx->cap_tasks = cap;
-	}
+	task *p = dvar_grow(ctx->tasks, ctx->num_tasks, &ctx->cap_tasks, sizeof(task), 64);
+	if (!p)
+		return dvar_error_set(DVAR_ENOMEM, "out of memory");
+	ctx->tasks = p;
 	ctx->tasks[ctx->num_tasks++] = t;
 	return DVAR_OK;
 }

@@ -95,19 +95,6 @@ char *dvar_tf_concat(const char *a, const char *b)
 	return p;
 }
 
-void *dvar_tf_grow(void *arr, size_t len, size_t *cap, size_t elem, size_t first)
-{
-	if (len < *cap)
-		return arr;
-	size_t ncap = *cap ? *cap * 2 : first;
-	if (ncap < *cap || ncap > SIZE_MAX / elem)
-		return NULL;
-	void *p = realloc(arr, ncap * elem);
-	if (p)
-		*cap = ncap;
-	return p;
-}
-
 /* prefix + ".index" is a regular file: 1 / 0 / DVAR_ENOMEM. */
 static int has_index(const char *prefix)
 {
@@ -136,7 +123,7 @@ static int list_prefixes(const char *dir, char ***out, size_t *n)
 		if (e->d_name[0] == '.' || len <= 6 || strcmp(e->d_name + len - 6, ".index") != 0)
 			continue;
 		char *name = strndup(e->d_name, len - 6), *full = dvar_path_join(dir, e->d_name);
-		char **grown = name && full ? dvar_tf_grow(v, *n, &cap, sizeof(char *), 8) : NULL;
+		char **grown = name && full ? dvar_grow(v, *n, &cap, sizeof(char *), 8) : NULL;
 		if (!grown) {
 			free(name);
 			rc = dvar_error_set(DVAR_ENOMEM, "out of memory");
@@ -358,7 +345,7 @@ static int scan_visit(void *ud, const void *key, size_t klen, const void *val, s
 		if ((rc = dvar_tf_slice_key_decode(key, klen, &full, &flen, &sl)) < 0)
 			return rc;
 		free(full);
-		tf_pending *p = dvar_tf_grow(st->slices, st->num_slices, &st->cap_slices, sizeof(*p), 16);
+		tf_pending *p = dvar_grow(st->slices, st->num_slices, &st->cap_slices, sizeof(*p), 16);
 		if (!p)
 			return dvar_error_set(DVAR_ENOMEM, "out of memory");
 		st->slices = p;
@@ -384,7 +371,7 @@ static int scan_visit(void *ud, const void *key, size_t klen, const void *val, s
 	if (klen > DVAR_MAX_NAME)
 		return dvar_error_set(DVAR_ENOTSUPP, "index key '%s' is %zu bytes long; dvar's variable "
 		                      "names are at most %d", shown, klen, DVAR_MAX_NAME);
-	tf_plain *p = dvar_tf_grow(st->vars, st->num_vars, &st->cap_vars, sizeof(*p), 16);
+	tf_plain *p = dvar_grow(st->vars, st->num_vars, &st->cap_vars, sizeof(*p), 16);
 	if (!p)
 		return dvar_error_set(DVAR_ENOMEM, "out of memory");
 	st->vars = p;

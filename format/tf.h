@@ -187,13 +187,6 @@ int dvar_tf_locate(const char *path, char **prefix);
 /** a followed by b, malloc'ed ("PREFIX" ".index"); NULL when out of memory. */
 char *dvar_tf_concat(const char *a, const char *b);
 
-/**
- * Room for element len of an array that has *cap: arr itself while len <
- * *cap, else arr realloc'ed to twice *cap (first when *cap is 0) with *cap
- * updated; NULL when out of memory (arr untouched, still the caller's).
- */
-void *dvar_tf_grow(void *arr, size_t len, size_t *cap, size_t elem, size_t first);
-
 /** "PREFIX.data-00001-of-00004", malloc'ed (NULL when out of memory). */
 char *dvar_tf_data_path(const char *prefix, uint32_t shard, uint32_t num_shards);
 

@@ -230,7 +230,7 @@ static int version_decode(pb *b, dvar_tf_header *h)
 				first = 0;
 				if ((rc = pb_int32(packed ? &src : b, f, name, WT_VARINT, &v)))
 					break;
-				int32_t *np = dvar_tf_grow(h->bad_consumers, h->num_bad_consumers, &cap,
+				int32_t *np = dvar_grow(h->bad_consumers, h->num_bad_consumers, &cap,
 				                           sizeof(int32_t), 4);
 				if (!np) {
 					rc = dvar_error_set(DVAR_ENOMEM, "out of memory");
@@ -445,7 +445,7 @@ int dvar_tf_entry_decode(dvar_tf_entry *out, const void *p, size_t n, const char
 				rc = dvar_error_set(DVAR_ENOTSUPP, "%s lists more than %u slices", w, TF_MAX_SLICES);
 				break;
 			}
-			dvar_tf_slice *s = dvar_tf_grow(out->slices, out->num_slices, &cap, sizeof(*s), 4);
+			dvar_tf_slice *s = dvar_grow(out->slices, out->num_slices, &cap, sizeof(*s), 4);
 			if (!s) {
 				rc = dvar_error_set(DVAR_ENOMEM, "out of memory");
 				break;

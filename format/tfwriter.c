@@ -118,7 +118,7 @@ static int new_item(dvar_tf_writer *w, const char *k, size_t n, tf_item **out)
 		for (size_t i = 0; i < w->num_items; i++)
 			table_put(w, i);
 	}
-	tf_item *p = dvar_tf_grow(w->items, w->num_items, &w->cap_items, sizeof(*p), 16);
+	tf_item *p = dvar_grow(w->items, w->num_items, &w->cap_items, sizeof(*p), 16);
 	if (!p)
 		return dvar_error_set(DVAR_ENOMEM, "out of memory");
 	w->items = p;

@@ -901,14 +901,10 @@ static int var_for(dvar_writer *w, const char *name, int dtype, const dvar_shape
 		*out = v;
 		return DVAR_OK;
 	}
-	if (w->num_vars == w->cap_vars) {
-		size_t cap = w->cap_vars ? w->cap_vars * 2 : 16;
-		dvar_var_entry *p = realloc(w->vars, cap * sizeof(*p));
-		if (!p)
-			return dvar_error_set(DVAR_ENOMEM, "out of memory");
-		w->vars = p;
-		w->cap_vars = cap;
-	}
+	dvar_var_entry *p = dvar_grow(w->vars, w->num_vars, &w->cap_vars, sizeof(*p), 16);
+	if (!p)
+		return dvar_error_set(DVAR_ENOMEM, "out of memory");
+	w->vars = p;
 	v = &w->vars[w->num_vars];
 	memset(v, 0, sizeof(*v));
 	if (!(v->name = strdup(name)))
@@ -962,7 +958,8 @@ static int open_slice(dvar_writer *w, const char *name, int dtype, const dvar_sh
 		                      name, a, b);
 	}
 
-	dvar_slice_entry *grown = realloc(v->slices, (v->num_slices + 1) * sizeof(*grown));
+	dvar_slice_entry *grown = dvar_grow(v->slices, v->num_slices, &v->cap_slices,
+	                                    sizeof(*grown), 1);
 	if (!grown)
 		return dvar_error_set(DVAR_ENOMEM, "out of memory");
 	v->slices = grown;
@@ -1247,7 +1244,7 @@ int dvar_writer_add_rows(dvar_writer *w, const char *name, int dtype, const dvar
 			                      "%lld..%lld added before", name, (long long)rows[0],
 			                      (long long)rows[n - 1], (long long)v->pieces[k].first_row,
 			                      (long long)v->pieces[k].last_row);
-	dvar_piece *grown = realloc(v->pieces, (v->num_pieces + 1) * sizeof(*grown));
+	dvar_piece *grown = dvar_grow(v->pieces, v->num_pieces, &v->cap_pieces, sizeof(*grown), 1);
 	if (!grown)
 		return dvar_error_set(DVAR_ENOMEM, "out of memory");
 	v->pieces = grown;

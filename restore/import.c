@@ -65,13 +65,8 @@ static int add_array(importer *im, source *s, const char *prefix, char *name, ar
 {
 	array *a = NULL;
 
-	if (name && im->num_arr == im->cap_arr) {
-		size_t cap = im->cap_arr ? 2 * im->cap_arr : 16;
-		if ((a = realloc(im->arr, cap * sizeof(*a)))) {
-			im->arr = a;
-			im->cap_arr = cap;
-		}
-	}
+	if (name && (a = dvar_grow(im->arr, im->num_arr, &im->cap_arr, sizeof(*a), 16)))
+		im->arr = a;
 	if (name && im->num_arr < im->cap_arr) {
 		a = &im->arr[im->num_arr];
 		memset(a, 0, sizeof(*a));

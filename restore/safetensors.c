@@ -344,17 +344,13 @@ static int header(json *j)
 			free(name);
 			rc = metadata(j);
 		} else {
-			if (j->n == j->cap) {
-				size_t cap = j->cap ? 2 * j->cap : 16;
-				dvar_st_tensor *t = realloc(j->t, cap * sizeof(*t));
-				if (!t) {
-					free(name);
-					return dvar_error_set(DVAR_ENOMEM, "'%s': out of memory", j->path);
-				}
-				j->t = t;
-				j->cap = cap;
+			dvar_st_tensor *t = dvar_grow(j->t, j->n, &j->cap, sizeof(*t), 16);
+			if (!t) {
+				free(name);
+				return dvar_error_set(DVAR_ENOMEM, "'%s': out of memory", j->path);
 			}
-			dvar_st_tensor *t = &j->t[j->n++];
+			j->t = t;
+			t = &j->t[j->n++];
 			memset(t, 0, sizeof(*t));
 			t->name = name;
 			rc = tensor(j, t);
