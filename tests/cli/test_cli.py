@@ -91,6 +91,18 @@ class CliCase(unittest.TestCase):
         self.dvar("cat", ckpt, name, "--npy", dst, *opts, env=env)
         return np.load(dst)
 
+    def export_npy(self, ckpt):
+        """Every variable of ckpt as NumPy reads it from one `dvar export --format npy`
+        (one process where a `cat --npy` per variable would be dozens)."""
+        dst = self.path("npy-%d" % len(os.listdir(self.dir)))
+        self.dvar("export", ckpt, dst, "--format", "npy")
+        with open(os.path.join(dst, "manifest.json")) as f:
+            manifest = json.load(f)
+        got = {name: np.load(os.path.join(dst, entry["file"]))
+               for name, entry in manifest["variables"].items()}
+        shutil.rmtree(dst)
+        return got
+
     def assert_same_array(self, got, want):
         self.assertEqual(got.dtype, want.dtype)
         self.assertEqual(got.shape, want.shape)
@@ -338,12 +350,15 @@ class ImportTest(CliCase, HelperMixin):
             doc = self.inspect_json(ckpt)
             by_name = {v["name"]: v for v in doc["variables"]}
             self.assertEqual(sorted(by_name), sorted(arrays))
+            exported = self.export_npy(ckpt)
             for name, want in arrays.items():
                 info = by_name[name]
                 self.assertEqual(info["dtype"], DTYPES[want.dtype.type])
                 self.assertEqual(tuple(info["shape"]), want.shape)
                 self.assertEqual(info["raw_bytes"], want.nbytes)
-                self.assert_same_array(self.cat_npy(ckpt, name), want)
+                self.assert_same_array(exported[name], want)
+                if not compress and want.ndim == 2:  # and through `cat`, once per dtype
+                    self.assert_same_array(self.cat_npy(ckpt, name), want)
 
     def test_multi_chunk_arrays(self):
         a = self.rng.standard_normal((37, 1000)).astype(np.float32)  # 148000 bytes
@@ -1405,12 +1420,13 @@ class ReshardTest(CliCase, HelperMixin):
         exact; those in merged were sharded and are one shard now (kind=plain)."""
         layout = self.layout(ckpt)
         self.assertEqual(sorted(layout), sorted(arrays))
+        values = self.export_npy(ckpt)
         for name, want in arrays.items():
             with self.subTest(ckpt=os.path.basename(ckpt), name=name):
                 n = self.assert_div_layout(layout[name], shards[name], want.shape)
                 self.assertEqual(layout[name][3],
                                  {"kind": "plain"} if n == 1 and name in merged else shard_attrs(n))
-                self.assert_same_array(self.cat_npy(ckpt, name), want)
+                self.assert_same_array(values[name], want)
 
     def test_every_n_to_m(self):
         arrays = {k: self.rng.standard_normal(s).astype(np.float32) for k, s in AWKWARD.items()}
