@@ -99,6 +99,14 @@ typedef struct {
 	  "show progress on stderr even when it is not a terminal" }, \
 	{ CLI_OPT_SWITCH, "no-progress", NULL, (target), 0, 0, "never show progress" }
 
+/* The commands that write a checkpoint: --quiet, and the progress switches. */
+#define CLI_WRITE_PROGRESS_OPTS(quiet, progress) \
+	{ CLI_OPT_SWITCH, "quiet", NULL, (quiet), 1, 0, \
+	  "no progress and no summary line (on a terminal, a successful run\n" \
+	  "ends with one: what was written, how many variables and bytes, how\n" \
+	  "long it took)" }, \
+	CLI_PROGRESS_OPTS(progress)
+
 /* Returned by cli_parse when the command should go on. */
 #define CLI_CONTINUE (-1)
 

@@ -45,11 +45,7 @@ static const cli_opt opts[] = {
 	{ CLI_OPT_SWITCH, "force", NULL, &force, 1, 0,
 	  "replace an existing OUT: the new one is written fully first,\n"
 	  "then swapped in, and only then the old one removed" },
-	{ CLI_OPT_SWITCH, "quiet", NULL, &quiet, 1, 0,
-	  "no progress and no summary line (on a terminal, a successful run\n"
-	  "ends with one: what was written, how many variables and bytes, how\n"
-	  "long it took)" },
-	CLI_PROGRESS_OPTS(&progress),
+	CLI_WRITE_PROGRESS_OPTS(&quiet, &progress),
 	{ CLI_OPT_END, NULL, NULL, NULL, 0, 0, NULL }
 };
 
