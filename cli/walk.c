@@ -1,6 +1,7 @@
 /*
- * cli/walk.c - how many elements cat and diff read at a time
- * (dvar_slice_walk cuts the slice into pieces of that size).
+ * cli/walk.c - how many elements cat reads at a time (dvar_slice_walk cuts
+ * the slice into pieces of that size), and the bytes of a piece diff asks
+ * dvar_diff for.
  */
 #include <stdlib.h>
 

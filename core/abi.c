@@ -23,7 +23,8 @@ static const struct {
 	DVAR_ABI_TYPE(dvar_callbacks),      DVAR_ABI_TYPE(dvar_shard_count),
 	DVAR_ABI_TYPE(dvar_reshard_options), DVAR_ABI_TYPE(dvar_export_options),
 	DVAR_ABI_TYPE(dvar_import_source),  DVAR_ABI_TYPE(dvar_import_options),
-	DVAR_ABI_TYPE(dvar_read_request),
+	DVAR_ABI_TYPE(dvar_read_request),   DVAR_ABI_TYPE(dvar_diff_options),
+	DVAR_ABI_TYPE(dvar_var_diff),
 };
 
 size_t dvar_abi_sizeof(const char *type_name)

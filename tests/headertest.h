@@ -50,6 +50,13 @@ static int check_options(void)
 		bad += dvar_import_options_init(&b, DVAR_IMPORT_OPTIONS_VERSION) != DVAR_OK ||
 		       a.step != -1 || b.step != -1 || a.keep_last != 0 || b.chunk_size != 0;
 	}
+	CHECK_OPTIONS(dvar_diff_options, DVAR_DIFF_OPTIONS_INIT, dvar_diff_options_init,
+	              DVAR_DIFF_OPTIONS_VERSION);
+	{
+		dvar_diff_options a = DVAR_DIFF_OPTIONS_INIT, b;
+		bad += dvar_diff_options_init(&b, DVAR_DIFF_OPTIONS_VERSION) != DVAR_OK ||
+		       a.atol >= 0 || a.rtol >= 0 || b.atol >= 0 || b.rtol >= 0 || b.flags != 0;
+	}
 	{
 		dvar_partitioner f = DVAR_PARTITIONER_FIXED_INIT(3);
 		dvar_partitioner mn = DVAR_PARTITIONER_MIN_SIZE_INIT;

@@ -2,7 +2,7 @@
  * dvar/restore.h - reading checkpoints back: restoring one into variables of
  * any topology, and the offline operations as library calls: reshard,
  * export (dvar, safetensors, TensorFlow, npy), import (npy, npz,
- * safetensors) and logical digests.
+ * safetensors), comparing two checkpoints (diff) and logical digests.
  *
  * The offline calls read with the one read primitive (dvar_reader_read of
  * any hyperrectangle), stream every variable in bounded pieces (memory stays
@@ -300,6 +300,157 @@ DVAR_EXTERN(int) dvar_import_options_init(dvar_import_options *opts, unsigned in
  */
 DVAR_EXTERN(int) dvar_import(const char *out, const dvar_import_source *srcs, size_t n,
                              const dvar_import_options *opts);
+
+/* ---------------------------------------------------------------- diff */
+
+/** Elements equal only when their bytes are: -0.0 differs from 0.0, and a
+ *  NaN from a NaN with other bits. Not with atol or rtol. */
+#define DVAR_DIFF_BITWISE (1u << 0)
+/** Leave out what TensorFlow keeps beside the variables, on both sides:
+ *  "_CHECKPOINTABLE_OBJECT_GRAPH", "save_counter" and "save_counter/...",
+ *  and every string tensor (to check a TF checkpoint against its conversion). */
+#define DVAR_DIFF_SKIP_TF_BOOKKEEPING (1u << 1)
+/** Compare dtypes, shapes and values only, not attributes. */
+#define DVAR_DIFF_NO_ATTRS (1u << 2)
+/** Match variables by their TF2 short names (dvar_short_name), and name
+ *  them so: a TensorFlow checkpoint's "x/.ATTRIBUTES/VARIABLE_VALUE" then
+ *  compares with a dvar checkpoint's "x". */
+#define DVAR_DIFF_SHORT_NAMES (1u << 3)
+
+typedef struct {
+	unsigned int version; /**< DVAR_DIFF_OPTIONS_VERSION */
+	/** Elements equal when |a - b| <= atol + rtol * |b| (as doubles, B the
+	 *  reference, as numpy.isclose; a NaN still equals a NaN); the one not
+	 *  given counts as 0. Below 0: not given (-1 in DVAR_DIFF_OPTIONS_INIT
+	 *  and dvar_diff_options_init; a zeroed struct has 0, given). Neither
+	 *  given: equal as numpy.array_equal(a, b, equal_nan=True), integers
+	 *  exactly. Not infinite nor NaN. */
+	double atol;
+	double rtol;
+	uint32_t flags; /**< DVAR_DIFF_* */
+	/** Leave out the variables whose name (or short name) starts with one
+	 *  of these, on both sides; they count as excluded. */
+	const char *const *exclude_prefixes;
+	size_t num_exclude_prefixes;
+	/** Bytes one piece of a variable may take: both sides' elements and
+	 *  their values as doubles; 0: 16 MiB. */
+	uint64_t piece_bytes;
+	int threads;     /**< read threads of each side; 0: dvar_read_options' default */
+	dvar_callbacks cb; /**< progress (bytes read of both sides) and cancel; no notes */
+} dvar_diff_options;
+
+#define DVAR_DIFF_OPTIONS_VERSION 1
+#define DVAR_DIFF_OPTIONS_INIT { DVAR_DIFF_OPTIONS_VERSION, -1, -1 }
+
+/**
+ * Set *opts to DVAR_DIFF_OPTIONS_INIT: zeroed, with version and the defaults.
+ * @return DVAR_EINVAL for a version this library does not know
+ */
+DVAR_EXTERN(int) dvar_diff_options_init(dvar_diff_options *opts, unsigned int version);
+
+/** What dvar_diff found; read with the dvar_diff_report_* calls. */
+typedef struct dvar_diff_report dvar_diff_report;
+
+/** The two sides of a comparison. */
+typedef enum {
+	DVAR_DIFF_A = 0,
+	DVAR_DIFF_B = 1
+} dvar_diff_side;
+
+/** How a variable both sides hold compares. */
+typedef enum {
+	DVAR_DIFF_EQUAL = 0,         /**< dtype, shape and values (attributes aside) */
+	DVAR_DIFF_VALUES_DIFFER = 1,
+	DVAR_DIFF_DTYPE_DIFFERS = 2, /**< values not compared */
+	DVAR_DIFF_SHAPE_DIFFERS = 3  /**< same dtype; values not compared */
+} dvar_diff_status;
+
+/** One variable both sides hold. Pointers are borrowed from the report. */
+typedef struct {
+	const char *name;        /**< as matched: its name, or short name */
+	dvar_diff_status status;
+	int dtype_a, dtype_b;    /**< dvar_var_info.dtype of each side */
+	dvar_shape shape_a, shape_b;
+	uint64_t num_elements;   /**< compared: 0 unless dtypes and shapes agree */
+	uint64_t num_different;
+	/** The largest |a - b| among elements whose bytes differ, as doubles
+	 *  (NaNs left out; may be infinite); 0 for string tensors. */
+	double max_abs_diff;
+	/** Set when values differ: the first differing element in row-major
+	 *  order, its flat index and each side's bytes (dtype size bytes, or a
+	 *  string element's bytes). */
+	int has_first;
+	uint64_t first_index;
+	const void *first_a;
+	size_t first_a_len;
+	const void *first_b;
+	size_t first_b_len;
+	/** Attribute keys whose values differ (dvar_diff_report_attr_at). */
+	size_t num_attrs;
+} dvar_var_diff;
+
+/**
+ * Compare checkpoint a with b variable by variable. Variables are matched
+ * by name (by short name with DVAR_DIFF_SHORT_NAMES: two variables of one
+ * side with the same short name are DVAR_EINVAL). Of each variable both
+ * hold, the dtypes are compared, then the shapes, then the values, read in
+ * pieces from both sides at once (memory stays at opts->piece_bytes; a
+ * string tensor is read whole and compared element by element, byte for
+ * byte, whatever the tolerances), then the attributes. Attributes that
+ * only say how the rows are stored, which reshard and export change
+ * (shards, layout, kind plain vs sharded), are left out, and so is a
+ * variable one side has none for (a TensorFlow checkpoint's, a plain
+ * import's).
+ * @param out  receives the report (free it with dvar_diff_report_free). After
+ *             a failure once the comparison began (a read error, a dtype dvar
+ *             cannot read, cancellation: DVAR_ECANCELED) it still receives
+ *             what was found until then: both lists of variables only one
+ *             side holds, and the variables compared before the failure.
+ *             After an earlier failure it is NULL.
+ * @param a, b checkpoints, roots (their latest) or TensorFlow checkpoints
+ * @param opts NULL for the defaults
+ * @return DVAR_EINVAL for DVAR_DIFF_BITWISE with atol or rtol, or a
+ *         tolerance that is infinite or NaN; DVAR_ENOTSUPP for values of a
+ *         TensorFlow dtype dvar has no type for
+ */
+DVAR_EXTERN(int) dvar_diff(dvar_diff_report **out, const char *a, const char *b,
+                           const dvar_diff_options *opts);
+
+/** Free the report. NULL is a no-op. */
+DVAR_EXTERN(void) dvar_diff_report_free(dvar_diff_report *rep);
+
+/** The checkpoint side compared, as dvar_reader_path gives it (borrowed). */
+DVAR_EXTERN(const char *) dvar_diff_report_path(const dvar_diff_report *rep,
+                                                dvar_diff_side side);
+
+/** Variables left out, of both sides (exclude_prefixes, DVAR_DIFF_SKIP_TF_BOOKKEEPING). */
+DVAR_EXTERN(size_t) dvar_diff_report_num_excluded(const dvar_diff_report *rep);
+
+/** Number of the variables only side holds. */
+DVAR_EXTERN(size_t) dvar_diff_report_num_only_in(const dvar_diff_report *rep,
+                                                 dvar_diff_side side);
+
+/** The k-th of them, in that side's order (borrowed); NULL when k is out of range. */
+DVAR_EXTERN(const char *) dvar_diff_report_only_in(const dvar_diff_report *rep,
+                                                   dvar_diff_side side, size_t k);
+
+/** Number of variables both sides hold (and were compared). */
+DVAR_EXTERN(size_t) dvar_diff_report_num_vars(const dvar_diff_report *rep);
+
+/** Variable i of those, in A's order (its variables' name order). */
+DVAR_EXTERN(int) dvar_diff_report_var(const dvar_diff_report *rep, size_t i, dvar_var_diff *out);
+
+/**
+ * Attribute k (in key order) that differs on variable i: its key and each
+ * side's value, NULL for a side without it (borrowed from the report).
+ */
+DVAR_EXTERN(int) dvar_diff_report_attr_at(const dvar_diff_report *rep, size_t i, size_t k,
+                                          const char **key, const char **a, const char **b);
+
+/** 1 when nothing differs: no variable only in one side, every one equal
+ *  with no attribute that differs; else 0. (A report handed back with a
+ *  failure covers only what was compared before it.) */
+DVAR_EXTERN(int) dvar_diff_report_identical(const dvar_diff_report *rep);
 
 /**
  * The CRC-32C of variable i's logical value: its elements row-major,

@@ -117,6 +117,20 @@ class ImportOptions(Structure):
                 ("cb", Callbacks)]
 
 
+class DiffOptions(Structure):
+    _fields_ = [("version", c_uint), ("atol", c_double), ("rtol", c_double), ("flags", c_uint32),
+                ("exclude_prefixes", POINTER(c_char_p)), ("num_exclude_prefixes", c_size_t),
+                ("piece_bytes", c_uint64), ("threads", c_int), ("cb", Callbacks)]
+
+
+class VarDiff(Structure):
+    _fields_ = [("name", c_char_p), ("status", c_int), ("dtype_a", c_int), ("dtype_b", c_int),
+                ("shape_a", Shape), ("shape_b", Shape), ("num_elements", c_uint64),
+                ("num_different", c_uint64), ("max_abs_diff", c_double), ("has_first", c_int),
+                ("first_index", c_uint64), ("first_a", c_void_p), ("first_a_len", c_size_t),
+                ("first_b", c_void_p), ("first_b_len", c_size_t), ("num_attrs", c_size_t)]
+
+
 MIRRORS = {
     "dvar_error": Error_, "dvar_shape": Shape, "dvar_slice": Slice,
     "dvar_write_options": WriteOptions, "dvar_read_options": ReadOptions,
@@ -124,7 +138,8 @@ MIRRORS = {
     "dvar_callbacks": Callbacks, "dvar_shard_count": ShardCount,
     "dvar_reshard_options": ReshardOptions, "dvar_export_options": ExportOptions,
     "dvar_import_source": ImportSource, "dvar_import_options": ImportOptions,
-    "dvar_read_request": ReadRequest,
+    "dvar_read_request": ReadRequest, "dvar_diff_options": DiffOptions,
+    "dvar_var_diff": VarDiff,
 }
 
 # Options versions (DVAR_*_OPTIONS_VERSION) this package fills in.
@@ -144,7 +159,6 @@ PROTOTYPES = {
     "dvar_dtype_name": (c_char_p, [c_int]),
     "dvar_dtype_to_f64": (c_int, [POINTER(c_double), c_int, _vp, c_size_t]),
     "dvar_div_layout": (c_int, [c_int64, c_int64, POINTER(c_int64), POINTER(c_int64)]),
-    "dvar_short_name": (_vp, [c_char_p]),
     "dvar_reader_open": (c_int, [_pvp, c_char_p, POINTER(ReadOptions)]),
     "dvar_reader_free": (None, [_vp]),
     "dvar_reader_path": (c_char_p, [_vp]),
@@ -177,6 +191,16 @@ PROTOTYPES = {
     "dvar_export": (c_int, [c_char_p, c_char_p, POINTER(ExportOptions)]),
     "dvar_import": (c_int, [c_char_p, POINTER(ImportSource), c_size_t,
                             POINTER(ImportOptions)]),
+    "dvar_diff": (c_int, [_pvp, c_char_p, c_char_p, POINTER(DiffOptions)]),
+    "dvar_diff_report_free": (None, [_vp]),
+    "dvar_diff_report_path": (c_char_p, [_vp, c_int]),
+    "dvar_diff_report_num_excluded": (c_size_t, [_vp]),
+    "dvar_diff_report_num_only_in": (c_size_t, [_vp, c_int]),
+    "dvar_diff_report_only_in": (c_char_p, [_vp, c_int, c_size_t]),
+    "dvar_diff_report_num_vars": (c_size_t, [_vp]),
+    "dvar_diff_report_var": (c_int, [_vp, c_size_t, POINTER(VarDiff)]),
+    "dvar_diff_report_attr_at": (c_int, [_vp, c_size_t, c_size_t, POINTER(c_char_p),
+                                         POINTER(c_char_p), POINTER(c_char_p)]),
 }
 
 

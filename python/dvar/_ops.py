@@ -2,21 +2,19 @@
 
 from __future__ import annotations
 
-import itertools
 import os
-from ctypes import byref, c_char_p
+from ctypes import byref, c_char_p, c_void_p, string_at
 from dataclasses import dataclass, field
-from typing import (Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple,
-                    Union)
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from . import _dtypes
 from ._checkpoint import BadChunk, Checkpoint
-from ._errors import ECANCELED, EINVAL, InvalidArgument
-from ._lib import (NOTE_FN, PROGRESS_FN, WRITTEN_FN, Callbacks, ExportOptions, ImportOptions,
-                   ImportSource, ReshardOptions, ShardCount, check, dec, enc, fspath, lib,
-                   OPTIONS_VERSION)
+from ._errors import EINVAL, InvalidArgument
+from ._lib import (NOTE_FN, PROGRESS_FN, WRITTEN_FN, Callbacks, DiffOptions, ExportOptions,
+                   ImportOptions, ImportSource, ReshardOptions, ShardCount, VarDiff, check, dec,
+                   enc, fspath, lib, OPTIONS_VERSION)
 from ._progress import Progress, ProgressArg
 
 _COMPRESS = {"auto": 0, "none": 1, "lz4": 2}
@@ -66,11 +64,7 @@ class _Op:
         return cb
 
     def finish(self, rc: int) -> OpResult:
-        self.prog.close()
-        if rc == ECANCELED:
-            self.prog.raise_pending()
-        check(rc)
-        self.prog.raise_pending()
+        self.prog.finish(rc)
         return self.result
 
 
@@ -354,70 +348,8 @@ class DiffReport:
         return [v for v in self.variables if not v.equal]
 
 
-# Elements compared per piece (of each side); memory stays at a few times this.
-DIFF_PIECE_ELEMENTS = 1 << 20
-
-
-def _boxes(shape: Tuple[int, ...], max_elems: int) -> Iterator[Tuple[List[int], List[int]]]:
-    """shape in row-major boxes of at most max_elems elements (at least one
-    element each), as dvar_slice_walk walks it: the axes before `axis` one
-    index at a time, `axis` in runs, the axes after it whole."""
-    if any(n == 0 for n in shape):
-        return
-    if not shape:
-        yield [], []
-        return
-    rank = len(shape)
-    axis = rank - 1
-    inner = 1
-    while axis > 0 and inner * shape[axis] <= max_elems:
-        inner *= shape[axis]
-        axis -= 1
-    # inner: elements of one index along axis (the axes after it, whole).
-    if inner * shape[axis] <= max_elems:
-        yield [0] * rank, list(shape)
-        return
-    run = max(1, max_elems // inner)
-    for outer in itertools.product(*(range(n) for n in shape[:axis])):
-        for s in range(0, shape[axis], run):
-            n = min(run, shape[axis] - s)
-            yield (list(outer) + [s] + [0] * (rank - axis - 1),
-                   [1] * axis + [n] + list(shape[axis + 1:]))
-
-
-def _short(name: str) -> str:
-    p = lib.dvar_short_name(enc(name))
-    if not p:
-        raise MemoryError("dvar_short_name")
-    try:
-        from ctypes import string_at
-        return dec(string_at(p))
-    finally:
-        lib.dvar_free(p)
-
-
-def _to_f64(raw: np.ndarray, code: int) -> np.ndarray:
-    if code == _dtypes.BFLOAT16:
-        return _dtypes.bfloat16_to_float32(raw).astype(np.float64)
-    return raw.astype(np.float64)
-
-
-_LAYOUT_KINDS = (None, "plain", "sharded")
-
-
-def _attr_diffs(ia: Dict[str, str], ib: Dict[str, str]):
-    if not ia or not ib:
-        return []  # a side without attributes (TensorFlow's, a plain import) says nothing
-    out = []
-    for key in sorted(set(ia) | set(ib)):
-        x, y = ia.get(key), ib.get(key)
-        if x == y:
-            continue
-        if key in ("shards", "layout") or (key == "kind" and x in _LAYOUT_KINDS
-                                          and y in _LAYOUT_KINDS):
-            continue
-        out.append((key, x, y))
-    return out
+_BITWISE, _SKIP_TF_BOOKKEEPING, _NO_ATTRS, _DIFF_SHORT_NAMES = 1, 2, 4, 8
+_STATUS = ("equal", "values_differ", "dtype_differs", "shape_differs")
 
 
 def diff(a, b, *, atol: Optional[float] = None, rtol: Optional[float] = None,
@@ -443,111 +375,70 @@ def diff(a, b, *, atol: Optional[float] = None, rtol: Optional[float] = None,
         short_names: match variables by their TF2 short names.
         progress: as in :func:`save`.
     """
-    if bitwise and (atol is not None or rtol is not None):
-        raise InvalidArgument(EINVAL, "bitwise cannot go with atol or rtol")
     for what, v in (("atol", atol), ("rtol", rtol)):
         if v is not None and not (isinstance(v, (int, float)) and v >= 0):
             raise InvalidArgument(EINVAL, "%s must be a number >= 0, not %r" % (what, v))
     if isinstance(exclude, str):
         exclude = [exclude]
-    tol = atol is not None or rtol is not None
-    at, rt = float(atol or 0), float(rtol or 0)
+    prefixes = [enc(p, "prefix") for p in exclude]
+    flags = ((_BITWISE if bitwise else 0) | (_SKIP_TF_BOOKKEEPING if skip_tf_bookkeeping else 0)
+             | (0 if attrs else _NO_ATTRS) | (_DIFF_SHORT_NAMES if short_names else 0))
     prog = Progress(progress, "diff")
-    with prog, Checkpoint(a, raw_bfloat16=True) as ca, Checkpoint(b, raw_bfloat16=True) as cb:
-        rep = DiffReport(ca.path, cb.path)
-
-        def keyed(ck: Checkpoint) -> Dict[str, str]:
-            out: Dict[str, str] = {}
-            for name in ck:
-                key = _short(name) if short_names else name
-                info = ck.info(name)
-                if any(name.startswith(p) or key.startswith(p) for p in exclude) or (
-                        skip_tf_bookkeeping and (
-                            name in ("_CHECKPOINTABLE_OBJECT_GRAPH", "save_counter") or
-                            name.startswith("save_counter/") or info.dtype == "string")):
-                    rep.excluded += 1
-                    continue
-                if key in out:
-                    raise InvalidArgument(EINVAL, "short_names: '%s' is the short name of both "
-                                          "'%s' and '%s' in %s" % (key, out[key], name, ck.path))
-                out[key] = name
-            return out
-
-        ka, kb = keyed(ca), keyed(cb)
-        rep.only_in_a = sorted(set(ka) - set(kb))
-        rep.only_in_b = sorted(set(kb) - set(ka))
-        common = sorted(set(ka) & set(kb))
-        total = sum(2 * ca.info(ka[k]).raw_bytes for k in common)
-        done = 0
-        for key in common:
-            ta, tb = ca[ka[key]], cb[kb[key]]
-            ia, ib = ta.info(), tb.info()
-            vd = VariableDiff(key, "equal", ia.dtype, ib.dtype, ia.shape, ib.shape)
-            if attrs:
-                vd.attributes_differ = _attr_diffs(ia.attributes, ib.attributes)
-            if ia.dtype != ib.dtype:
-                vd.status = "dtype_differs"
-            elif ia.shape != ib.shape:
-                vd.status = "shape_differs"
-            elif ia.dtype == "string":
-                vd.num_elements = ta.size
-                vd.max_abs_diff = None
-                xa, xb = ta.read().ravel(), tb.read().ravel()
-                for k in range(xa.size):
-                    if xa[k] != xb[k]:
-                        if vd.first_difference is None:
-                            vd.first_difference = (np.unravel_index(k, ia.shape), xa[k], xb[k])
-                        vd.num_different += 1
-            else:
-                vd.num_elements = ta.size
-                _compare(ta, tb, vd, bitwise, tol, at, rt)
-            if vd.num_different:
-                vd.status = "values_differ"
-            rep.variables.append(vd)
-            done += 2 * ia.raw_bytes
-            prog.c_progress(None, done, total)
-            prog.raise_pending()
-        return rep
+    progress_fn = PROGRESS_FN(prog.c_progress)
+    cb = Callbacks(progress=progress_fn, cancel=prog.cancel_ptr)
+    opts = DiffOptions(version=OPTIONS_VERSION, atol=-1 if atol is None else float(atol),
+                       rtol=-1 if rtol is None else float(rtol), flags=flags,
+                       exclude_prefixes=(c_char_p * max(len(prefixes), 1))(*prefixes),
+                       num_exclude_prefixes=len(prefixes), cb=cb)
+    rep = c_void_p()
+    with prog:
+        rc = lib.dvar_diff(byref(rep), fspath(a), fspath(b), byref(opts))
+    try:
+        prog.finish(rc)
+        return _report(rep)
+    finally:
+        lib.dvar_diff_report_free(rep)
 
 
-def _compare(ta, tb, vd: VariableDiff, bitwise: bool, tol: bool, at: float, rt: float) -> None:
-    code = ta._code
-    storage = _dtypes.STORAGE[code]
-    is_float = storage.kind == "f" or code == _dtypes.BFLOAT16
-    bits = np.dtype("u%d" % storage.itemsize)
-    base = 0
-    max_abs = 0.0
-    for start, length in _boxes(ta.shape, DIFF_PIECE_ELEMENTS):
-        pa = ta._read_box(start, length).ravel()
-        pb = tb._read_box(start, length).ravel()
-        neq = pa.view(bits) != pb.view(bits)
-        if neq.any():
-            pos = np.flatnonzero(neq)
-            x, y = _to_f64(pa[pos], code), _to_f64(pb[pos], code)
-            with np.errstate(invalid="ignore", over="ignore"):
-                d = np.abs(x - y)
-            finite = d[~np.isnan(d)]
-            if finite.size:
-                max_abs = max(max_abs, float(finite.max()))
-            both_nan = np.isnan(x) & np.isnan(y)
-            if bitwise:
-                differ = np.ones(pos.size, dtype=bool)
-            elif tol:
-                with np.errstate(invalid="ignore", over="ignore"):
-                    differ = ~(both_nan | (d <= at + rt * np.abs(y)))
-            elif is_float:
-                differ = ~(both_nan | (x == y))
-            else:
-                differ = np.ones(pos.size, dtype=bool)
-            nd = int(differ.sum())
-            if nd and vd.first_difference is None:
-                k = int(pos[np.argmax(differ)])
-                va, vb = ta._finish(pa[k:k + 1])[0], tb._finish(pb[k:k + 1])[0]
-                if code == _dtypes.BFLOAT16:
-                    va = _dtypes.bfloat16_to_float32(pa[k:k + 1])[0]
-                    vb = _dtypes.bfloat16_to_float32(pb[k:k + 1])[0]
-                vd.first_difference = (tuple(int(i) for i in np.unravel_index(base + k, ta.shape)),
-                                       va, vb)
-            vd.num_different += nd
-        base += pa.size
-    vd.max_abs_diff = max_abs
+def _report(rep: c_void_p) -> DiffReport:
+    """The DiffReport of a C report, in name order."""
+    out = DiffReport(dec(lib.dvar_diff_report_path(rep, 0)),
+                     dec(lib.dvar_diff_report_path(rep, 1)),
+                     excluded=lib.dvar_diff_report_num_excluded(rep))
+    for side, names in ((0, out.only_in_a), (1, out.only_in_b)):
+        names.extend(sorted(dec(lib.dvar_diff_report_only_in(rep, side, k))
+                            for k in range(lib.dvar_diff_report_num_only_in(rep, side))))
+    c = VarDiff()
+    key, x, y = c_char_p(), c_char_p(), c_char_p()
+    for i in range(lib.dvar_diff_report_num_vars(rep)):
+        check(lib.dvar_diff_report_var(rep, i, byref(c)))
+        shape_a = tuple(c.shape_a.dims[d] for d in range(c.shape_a.rank))
+        vd = VariableDiff(dec(c.name), _STATUS[c.status],
+                          _dtypes.NAMES.get(c.dtype_a, str(c.dtype_a)),
+                          _dtypes.NAMES.get(c.dtype_b, str(c.dtype_b)), shape_a,
+                          tuple(c.shape_b.dims[d] for d in range(c.shape_b.rank)),
+                          c.num_elements, c.num_different, c.max_abs_diff)
+        strings = c.dtype_a == _dtypes.STRING
+        if strings and vd.status in ("equal", "values_differ"):
+            vd.max_abs_diff = None
+        if c.has_first:
+            index = tuple(int(k) for k in np.unravel_index(c.first_index, shape_a))
+            vd.first_difference = (index, _element(c.dtype_a, c.first_a, c.first_a_len),
+                                   _element(c.dtype_b, c.first_b, c.first_b_len))
+        for k in range(c.num_attrs):
+            check(lib.dvar_diff_report_attr_at(rep, i, k, byref(key), byref(x), byref(y)))
+            vd.attributes_differ.append((dec(key.value), None if x.value is None else dec(x.value),
+                                         None if y.value is None else dec(y.value)))
+        out.variables.append(vd)
+    out.variables.sort(key=lambda v: v.name)
+    return out
+
+
+def _element(code: int, p: Optional[int], n: int) -> Any:
+    """A differing element from its bytes: a string tensor's as bytes, a
+    NumPy scalar of its dtype otherwise (bfloat16 as float32)."""
+    raw = string_at(p, n) if n else b""
+    if code == _dtypes.STRING:
+        return raw
+    x = np.frombuffer(raw, dtype=_dtypes.STORAGE[code])
+    return (_dtypes.bfloat16_to_float32(x) if code == _dtypes.BFLOAT16 else x)[0]

@@ -10,6 +10,9 @@ import threading
 from ctypes import c_int, pointer
 from typing import Callable, Optional, Union
 
+from ._errors import ECANCELED
+from ._lib import check
+
 ProgressArg = Union[None, bool, Callable[[int, int], None]]
 
 
@@ -112,3 +115,13 @@ class Progress:
         if self.bar is not None:
             self.bar.close()
             self.bar = None
+
+    def finish(self, rc: int) -> None:
+        """After the C call returned rc: what cancelled it (Ctrl-C, the
+        callable's exception) is raised rather than the cancellation, then
+        an error, then anything the callable raised after the last piece."""
+        self.close()
+        if rc == ECANCELED:
+            self.raise_pending()
+        check(rc)
+        self.raise_pending()

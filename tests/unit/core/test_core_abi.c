@@ -30,6 +30,8 @@ static void test_core_abi__sizes(void **state)
 	CHECK(dvar_import_source);
 	CHECK(dvar_import_options);
 	CHECK(dvar_read_request);
+	CHECK(dvar_diff_options);
+	CHECK(dvar_var_diff);
 #undef CHECK
 	/* What a ctypes mirror computes on x86-64 / aarch64 Linux (LP64). */
 	if (sizeof(void *) == 8) {
