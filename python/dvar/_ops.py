@@ -357,7 +357,7 @@ def diff(a, b, *, atol: Optional[float] = None, rtol: Optional[float] = None,
          attrs: bool = True, short_names: bool = False,
          progress: ProgressArg = None) -> DiffReport:
     """Compare two checkpoints variable by variable, as ``dvar diff`` does,
-    reading both in bounded pieces (about a million elements at a time).
+    reading both in bounded pieces (16 MiB of memory at a time).
 
     Elements are equal as ``numpy.array_equal(a, b, equal_nan=True)`` has it
     (-0.0 equals 0.0, any NaN any NaN; integers exactly). ``bitwise`` wants
