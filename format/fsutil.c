@@ -297,7 +297,7 @@ void dvar_tmp_tag(char *tag)
 		rnd[i] = digits[r[i] % 36];
 	rnd[DVAR_TMP_RANDOM] = '\0';
 	host_tag(host);
-	snprintf(tag, DVAR_TMP_TAG_MAX + 1, "%s-%ld-%s", host, (long)getpid(), rnd);
+	snprintf(tag, DVAR_TMP_TAG_MAX + 1, "%s-%u-%s", host, (unsigned)getpid(), rnd);
 }
 
 int dvar_tmp_name(const char *path, const char *tag, char **out)

@@ -323,11 +323,61 @@ static void test_format_roundtrip__bad_arguments(void **state)
 	free(path);
 }
 
+/* A slice of many chunks: its own add fails. */
+static int fails_in_its_add(const char *path, const unsigned char *data)
+{
+	const int64_t dims[1] = { 4 << 20 };
+	dvar_shape shape;
+	dvar_shape_init(&shape, 1, dims);
+	dvar_write_options o = opts_for(DVAR_COMPRESS_NONE, 65536);
+	dvar_writer *w;
+	int ok = dvar_writer_open(&w, path, &o) == DVAR_OK &&
+	         dvar_writer_add(w, "big", DVAR_UINT8, &shape, NULL, data) == DVAR_EIO &&
+	         strstr(dvar_error_last()->message, "variable 'big'") &&
+	         strstr(dvar_error_last()->message, "File too large") &&
+	         dvar_writer_add(w, "more", DVAR_UINT8, &shape, NULL, data) == DVAR_EINVAL &&
+	         dvar_writer_commit(w) == DVAR_EIO &&
+	         strstr(dvar_error_last()->message, "not committed: an earlier write failed");
+	dvar_writer_free(w);
+	return ok;
+}
+
+/* Slices of one chunk are written behind their adds: the write past the
+ * limit (the fifth 256 KiB slice, t4) fails in the background and a later
+ * add or the commit says so, naming t4, and every call after it too. */
+static int fails_behind(const char *path, const unsigned char *data)
+{
+	const int64_t dims[1] = { 256 << 10 };
+	dvar_shape shape;
+	dvar_shape_init(&shape, 1, dims);
+	dvar_write_options o = opts_for(DVAR_COMPRESS_NONE, 4 << 20);
+	dvar_writer *w;
+	int rc = DVAR_OK, k;
+	if (dvar_writer_open(&w, path, &o) != DVAR_OK)
+		return 0;
+	for (k = 0; k < 16 && rc == DVAR_OK; k++) {
+		char name[8];
+		snprintf(name, sizeof(name), "t%d", k);
+		rc = dvar_writer_add(w, name, DVAR_UINT8, &shape, NULL, data + ((size_t)k << 10));
+	}
+	if (rc == DVAR_OK)
+		rc = dvar_writer_commit(w);
+	int ok = rc == DVAR_EIO && k > 4 && strstr(dvar_error_last()->message, "variable 't4': ") &&
+	         strstr(dvar_error_last()->message, "File too large") &&
+	         dvar_writer_add(w, "more", DVAR_UINT8, &shape, NULL, data) == DVAR_EIO &&
+	         strstr(dvar_error_last()->message, "variable 't4': ") &&
+	         dvar_writer_commit(w) != DVAR_OK;
+	if (!ok)
+		fprintf(stderr, "after %d adds: %s\n", k, dvar_error_last()->message);
+	dvar_writer_free(w);
+	return ok;
+}
+
 /* The save a full disk interrupts (here: a file-size limit, EFBIG) commits
  * nothing and leaves nothing behind. In a child, which the limit binds. */
-static void test_format_roundtrip__write_error_commits_nothing(void **state)
+static void write_error_commits_nothing(const char *dir, int (*scenario)(const char *path,
+                                                                         const unsigned char *data))
 {
-	const char *dir = *state;
 	char *path = tu_path(dir, "full");
 	pid_t pid = fork();
 	assert_true(pid >= 0);
@@ -335,24 +385,11 @@ static void test_format_roundtrip__write_error_commits_nothing(void **state)
 		struct rlimit lim = { 1 << 20, 1 << 20 };
 		signal(SIGXFSZ, SIG_IGN);
 		setrlimit(RLIMIT_FSIZE, &lim);
-		size_t bytes = 4u << 20;
-		unsigned char *data = malloc(bytes);
-		tu_fill_random(data, bytes, 1);
-		const int64_t dims[1] = { (int64_t)bytes };
-		dvar_shape shape;
-		dvar_shape_init(&shape, 1, dims);
-		dvar_write_options o = opts_for(DVAR_COMPRESS_NONE, 65536);
-		dvar_writer *w;
-		int ok = dvar_writer_open(&w, path, &o) == DVAR_OK &&
-		         dvar_writer_add(w, "big", DVAR_UINT8, &shape, NULL, data) == DVAR_EIO &&
-		         strstr(dvar_error_last()->message, "variable 'big'") &&
-		         strstr(dvar_error_last()->message, "File too large") &&
-		         dvar_writer_add(w, "more", DVAR_UINT8, &shape, NULL, data) == DVAR_EINVAL &&
-		         dvar_writer_commit(w) == DVAR_EIO &&
-		         strstr(dvar_error_last()->message, "not committed: an earlier write failed");
+		unsigned char *data = malloc(4u << 20);
+		tu_fill_random(data, 4u << 20, 1);
+		int ok = scenario(path, data);
 		if (!ok)
 			fprintf(stderr, "unexpected: %s\n", dvar_error_last()->message);
-		dvar_writer_free(w);
 		_exit(ok ? 0 : 1);
 	}
 	int status;
@@ -370,6 +407,16 @@ static void test_format_roundtrip__write_error_commits_nothing(void **state)
 	free(path);
 }
 
+static void test_format_roundtrip__write_error_commits_nothing(void **state)
+{
+	write_error_commits_nothing(*state, fails_in_its_add);
+}
+
+static void test_format_roundtrip__write_behind_error_commits_nothing(void **state)
+{
+	write_error_commits_nothing(*state, fails_behind);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -380,6 +427,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_format_roundtrip__partial_read_bytes, tu_setup_dir, tu_teardown_dir),
 		cmocka_unit_test_setup_teardown(test_format_roundtrip__bad_arguments, tu_setup_dir, tu_teardown_dir),
 		cmocka_unit_test_setup_teardown(test_format_roundtrip__write_error_commits_nothing, tu_setup_dir, tu_teardown_dir),
+		cmocka_unit_test_setup_teardown(test_format_roundtrip__write_behind_error_commits_nothing, tu_setup_dir, tu_teardown_dir),
 	};
 	return cmocka_run_group_tests_name("format/roundtrip", tests, NULL, NULL);
 }
