@@ -195,8 +195,6 @@ static int open_dir(dvar_writer **out, const char *dir, const dvar_write_options
 		return dvar_error_set(DVAR_ENOMEM, "out of memory");
 	w->fd = w->fd_direct = w->lock_fd = -1;
 	w->owner = pthread_self();
-	pthread_mutex_init(&w->behind.lock, NULL);
-	pthread_cond_init(&w->behind.cond, NULL);
 	if ((rc = check_options(&w->opts, opts)))
 		goto fail;
 	if (nparts < 1 || nparts > DVAR_MAX_PARTS || part < 0 || part >= nparts) {
@@ -674,153 +672,6 @@ static int write_chunk(void *vctx, size_t k)
 	return rc;
 }
 
-/* ---------------------------------------------------------------- write-behind */
-
-/*
- * A slice of one chunk is written behind its add: once encoded and copied
- * into a chunk buffer it goes to a thread of its own, and the caller goes
- * on to its next slice while the disk writes this one, as the pool's
- * threads overlap the chunks of a large slice. Written in the caller's
- * turn, a model's small tensors reached the disk one synchronous write at
- * a time, each after its checksum. At most DVAR_BEHIND_MAX writes wait;
- * the first failure is reported by the next add or by the end of the data
- * (dvar_writer_end_data), and the writer is unusable from then on.
- */
-static void *behind_main(void *arg)
-{
-	dvar_writer *w = arg;
-	dvar_behind *b = &w->behind;
-
-	pthread_mutex_lock(&b->lock);
-	for (;;) {
-		while (!b->n && !b->stop)
-			pthread_cond_wait(&b->cond, &b->lock);
-		if (!b->n)
-			break;
-		dvar_behind_write job = b->q[b->head];
-		b->head = (b->head + 1) % DVAR_BEHIND_MAX;
-		b->n--;
-		b->busy = 1;
-		int failed = b->rc != DVAR_OK;
-		pthread_mutex_unlock(&b->lock);
-		int rc = DVAR_OK;
-		if (!failed) {
-			double t1 = dvar_now();
-			rc = write_padded(w, job.buf, job.padded, job.off);
-			if (rc == DVAR_OK) {
-				if (w->opts.compress == DVAR_COMPRESS_AUTO)
-					cost_add(w, &w->cost[job.codec], job.encode_ns, job.encode_cpu_ns,
-					         ns_since(t1), job.len, job.padded);
-				atomic_fetch_add(&w->bytes_done, job.len);
-				DVAR_FAULT_POINT("chunk-written");
-			}
-		}
-		dvar_stash_push(w->buffers, job.buf, free);
-		pthread_mutex_lock(&b->lock);
-		if (rc != DVAR_OK && b->rc == DVAR_OK) {
-			b->rc = rc;
-			snprintf(b->msg, sizeof(b->msg), "variable '%s': %s", job.name,
-			         dvar_error_last()->message);
-		}
-		b->busy = 0;
-		pthread_cond_broadcast(&b->cond);
-	}
-	pthread_mutex_unlock(&b->lock);
-	return NULL;
-}
-
-/* The first failure of a write behind, as this thread's error (the writer
- * then unusable); DVAR_OK when none. With drain, after the queued writes. */
-static int behind_failure(dvar_writer *w, int drain)
-{
-	dvar_behind *b = &w->behind;
-	int rc = DVAR_OK;
-
-	pthread_mutex_lock(&b->lock);
-	while (drain && (b->n || b->busy))
-		pthread_cond_wait(&b->cond, &b->lock);
-	if (b->rc != DVAR_OK) {
-		w->broken = 1;
-		rc = dvar_error_set(b->rc, "%s", b->msg);
-	}
-	pthread_mutex_unlock(&b->lock);
-	return rc;
-}
-
-/* Queue a write (the buffer goes with it), starting the thread the first
- * time; waits while the queue is full. 1: no thread, write it yourself. A
- * write queued after a failure is dropped: the failure is reported anyway. */
-static int behind_queue(dvar_writer *w, const dvar_behind_write *job)
-{
-	dvar_behind *b = &w->behind;
-
-	pthread_mutex_lock(&b->lock);
-	if (!b->running) {
-		if (pthread_create(&b->thread, NULL, behind_main, w) != 0) {
-			pthread_mutex_unlock(&b->lock);
-			return 1;
-		}
-		b->running = 1;
-	}
-	while (b->n == DVAR_BEHIND_MAX)
-		pthread_cond_wait(&b->cond, &b->lock);
-	b->q[(b->head + b->n) % DVAR_BEHIND_MAX] = *job;
-	b->n++;
-	pthread_cond_broadcast(&b->cond);
-	pthread_mutex_unlock(&b->lock);
-	return DVAR_OK;
-}
-
-/* Let the queued writes finish (they are the caller's to judge) and end the thread. */
-static void behind_stop(dvar_writer *w)
-{
-	dvar_behind *b = &w->behind;
-
-	pthread_mutex_lock(&b->lock);
-	int running = b->running;
-	b->stop = 1;
-	b->running = 0;
-	pthread_cond_broadcast(&b->cond);
-	pthread_mutex_unlock(&b->lock);
-	if (running)
-		pthread_join(b->thread, NULL);
-}
-
-/*
- * The one chunk of slice se of variable name (data, its raw bytes) written
- * behind: encoded into a chunk buffer (copied there when stored raw) and
- * queued; written here when no thread could be started.
- */
-static int write_behind(dvar_writer *w, const char *name, dvar_slice_entry *se,
-                        const unsigned char *data)
-{
-	dvar_chunk *c = &se->chunks[0];
-	size_t len = (size_t)dvar_chunk_raw_len(se, 0);
-	unsigned char *buf = buffer_get(w);
-	if (!buf)
-		return DVAR_ENOMEM;
-	double t0 = dvar_now();
-	uint64_t c0 = w->opts.compress == DVAR_COMPRESS_AUTO ? thread_cpu_ns() : 0;
-	if (encode_chunk(w, se, 0, data, len,
-	                 w->opts.compress != DVAR_COMPRESS_NONE ? buf : NULL) == data)
-		memcpy(buf, data, len);
-	dvar_behind_write job = { name, buf, (size_t)padded_len(c->stored), 0, len, c->codec,
-	                          0, 0 };
-	memset(buf + c->stored, 0, job.padded - (size_t)c->stored);
-	c->offset = job.off = reserve(w, job.padded);
-	job.encode_ns = ns_since(t0);
-	job.encode_cpu_ns = w->opts.compress == DVAR_COMPRESS_AUTO ? thread_cpu_ns() - c0 : 0;
-	int rc = behind_queue(w, &job);
-	if (rc == 1) {
-		rc = write_padded(w, buf, job.padded, job.off);
-		dvar_stash_push(w->buffers, buf, free);
-		if (rc == DVAR_OK)
-			atomic_fetch_add(&w->bytes_done, len);
-	}
-	report_progress(w);
-	return rc;
-}
-
 /* ---------------------------------------------------------------- packing */
 
 /* The block small slices are packed into: big enough for O_DIRECT's pace. */
@@ -860,10 +711,7 @@ static int flush_packed(dvar_writer *w)
 
 int dvar_writer_end_data(dvar_writer *w)
 {
-	int rc = behind_failure(w, 1);
-	if (rc == DVAR_OK)
-		rc = flush_packed(w);
-	behind_stop(w);
+	int rc = flush_packed(w);
 	if (rc)
 		return rc;
 	/* What was allocated ahead and not written goes. */
@@ -1149,17 +997,11 @@ int dvar_writer_add(dvar_writer *w, const char *name, int dtype, const dvar_shap
 	int rc;
 	if (!w || !full)
 		return dvar_error_set(DVAR_EINVAL, "dvar_writer_add: NULL argument");
-	if ((rc = behind_failure(w, 0)) || (rc = open_slice(w, name, dtype, full, slice,
-	                                                     data != NULL, &vi)))
+	if ((rc = open_slice(w, name, dtype, full, slice, data != NULL, &vi)))
 		return rc;
 	dvar_var_entry *v = &w->vars[vi];
 	dvar_slice_entry *se = &v->slices[v->num_slices];
-	/* One chunk of the caller's data: written behind (packed slices are copied anyway). */
-	if (se->num_chunks == 1 && !packed(w, se))
-		rc = write_behind(w, v->name, se, data);
-	else
-		rc = write_chunks(w, se, 0, se->num_chunks, data, NULL);
-	if (rc)
+	if ((rc = write_chunks(w, se, 0, se->num_chunks, data, NULL)))
 		return fail_slice(w, vi);
 	close_slice(w, vi);
 	return DVAR_OK;
@@ -1458,9 +1300,6 @@ void dvar_writer_free(dvar_writer *w)
 {
 	if (!w)
 		return;
-	behind_stop(w);
-	pthread_mutex_destroy(&w->behind.lock);
-	pthread_cond_destroy(&w->behind.cond);
 	dvar_pool_free(w->pool);
 	if (w->fd >= 0)
 		close(w->fd);

@@ -21,32 +21,6 @@ typedef struct {
 	atomic_uint_least64_t encode_ns, encode_cpu_ns, write_ns, bytes, stored;
 } dvar_cost;
 
-/* One write waiting behind its slice's add (writer.c, "write-behind"): a
- * chunk's stored bytes, padded, in a chunk buffer of the writer. */
-typedef struct {
-	const char *name; /* the variable's (its entry's copy) */
-	unsigned char *buf;
-	size_t padded;
-	uint64_t off;
-	size_t len; /* the chunk's raw bytes */
-	int codec;
-	uint64_t encode_ns, encode_cpu_ns;
-} dvar_behind_write;
-
-#define DVAR_BEHIND_MAX 2 /* writes that may wait */
-
-/* The write-behind thread and its queue; the first error it met. */
-typedef struct {
-	pthread_mutex_t lock;
-	pthread_cond_t cond; /* the queue or the busy flag changed */
-	pthread_t thread;
-	int running, stop, busy;
-	dvar_behind_write q[DVAR_BEHIND_MAX];
-	size_t head, n;
-	int rc;
-	char msg[DVAR_ERROR_MESSAGE_MAX];
-} dvar_behind;
-
 struct dvar_writer {
 	char *final_dir;
 	char *tmp_dir;
@@ -107,7 +81,6 @@ struct dvar_writer {
 	size_t pack_fill;
 	dvar_chunk **pack_chunks;
 	size_t pack_n, pack_cap;
-	dvar_behind behind;
 };
 
 /* Complete the data file before a part's entries are encoded: the block of

@@ -92,11 +92,8 @@ DVAR_EXTERN(int) dvar_writer_open_step(dvar_writer **out, const char *root, int6
                                        const dvar_write_options *opts);
 
 /**
- * Save a variable, or one slice of it, chunked, checksummed, compressed and
- * written in parallel. data is read before the call returns; a slice of one
- * chunk is copied and written behind it, while the caller goes on (a failed
- * write is then reported by the next dvar_writer_add or the commit, naming
- * the slice's variable). Nothing is committed after any failed write.
+ * Save a variable, or one slice of it. The bytes are written before the call
+ * returns (chunked, checksummed, compressed and written in parallel).
  * @param name   the variable's name: 1..1024 bytes, no NUL
  * @param dtype  a dvar_dtype
  * @param full   the variable's full shape

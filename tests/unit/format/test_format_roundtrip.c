@@ -342,10 +342,10 @@ static int fails_in_its_add(const char *path, const unsigned char *data)
 	return ok;
 }
 
-/* Slices of one chunk are written behind their adds: the write past the
- * limit (the fifth 256 KiB slice, t4) fails in the background and a later
- * add or the commit says so, naming t4, and every call after it too. */
-static int fails_behind(const char *path, const unsigned char *data)
+/* Slices of one chunk each (written whole, not packed): the write past the
+ * limit, the fifth 256 KiB slice's, fails in its own add, naming t4; the
+ * writer is unusable after it and the commit says why. */
+static int fails_in_one_chunk(const char *path, const unsigned char *data)
 {
 	const int64_t dims[1] = { 256 << 10 };
 	dvar_shape shape;
@@ -360,13 +360,11 @@ static int fails_behind(const char *path, const unsigned char *data)
 		snprintf(name, sizeof(name), "t%d", k);
 		rc = dvar_writer_add(w, name, DVAR_UINT8, &shape, NULL, data + ((size_t)k << 10));
 	}
-	if (rc == DVAR_OK)
-		rc = dvar_writer_commit(w);
-	int ok = rc == DVAR_EIO && k > 4 && strstr(dvar_error_last()->message, "variable 't4': ") &&
+	int ok = rc == DVAR_EIO && k == 5 && strstr(dvar_error_last()->message, "variable 't4': ") &&
 	         strstr(dvar_error_last()->message, "File too large") &&
-	         dvar_writer_add(w, "more", DVAR_UINT8, &shape, NULL, data) == DVAR_EIO &&
-	         strstr(dvar_error_last()->message, "variable 't4': ") &&
-	         dvar_writer_commit(w) != DVAR_OK;
+	         dvar_writer_add(w, "more", DVAR_UINT8, &shape, NULL, data) == DVAR_EINVAL &&
+	         dvar_writer_commit(w) == DVAR_EIO &&
+	         strstr(dvar_error_last()->message, "not committed: an earlier write failed");
 	if (!ok)
 		fprintf(stderr, "after %d adds: %s\n", k, dvar_error_last()->message);
 	dvar_writer_free(w);
@@ -412,9 +410,9 @@ static void test_format_roundtrip__write_error_commits_nothing(void **state)
 	write_error_commits_nothing(*state, fails_in_its_add);
 }
 
-static void test_format_roundtrip__write_behind_error_commits_nothing(void **state)
+static void test_format_roundtrip__one_chunk_write_error_commits_nothing(void **state)
 {
-	write_error_commits_nothing(*state, fails_behind);
+	write_error_commits_nothing(*state, fails_in_one_chunk);
 }
 
 int main(void)
@@ -427,7 +425,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_format_roundtrip__partial_read_bytes, tu_setup_dir, tu_teardown_dir),
 		cmocka_unit_test_setup_teardown(test_format_roundtrip__bad_arguments, tu_setup_dir, tu_teardown_dir),
 		cmocka_unit_test_setup_teardown(test_format_roundtrip__write_error_commits_nothing, tu_setup_dir, tu_teardown_dir),
-		cmocka_unit_test_setup_teardown(test_format_roundtrip__write_behind_error_commits_nothing, tu_setup_dir, tu_teardown_dir),
+		cmocka_unit_test_setup_teardown(test_format_roundtrip__one_chunk_write_error_commits_nothing, tu_setup_dir, tu_teardown_dir),
 	};
 	return cmocka_run_group_tests_name("format/roundtrip", tests, NULL, NULL);
 }
