@@ -374,27 +374,9 @@ done:
 	return rc;
 }
 
-/* String tensor i of r (n elements) read whole: *lens and *bytes, malloc'ed. */
-static int read_strings(dvar_reader *r, size_t i, uint64_t n, uint64_t **lens, char **bytes)
-{
-	dvar_var_info v;
-	uint64_t total;
-	int rc;
-
-	if ((rc = dvar_reader_var(r, i, &v)) != DVAR_OK)
-		return rc;
-	if (n > SIZE_MAX / sizeof(uint64_t) || !(*lens = malloc((size_t)(n ? n : 1) * sizeof(uint64_t))))
-		return dvar_error_set(DVAR_ENOMEM, "out of memory");
-	/* The stored bytes hold the strings and more: one read, no sizing pass. */
-	if (v.stored_bytes >= SIZE_MAX || !(*bytes = malloc((size_t)v.stored_bytes + 1)))
-		return dvar_error_set(DVAR_ENOMEM, "out of memory (%llu bytes of strings)",
-		                      (unsigned long long)v.stored_bytes);
-	return dvar_reader_read_strings(r, i, *lens, n, *bytes, (size_t)v.stored_bytes, &total);
-}
-
-/* Compare string tensors ia of A and ib of B (same shape), element by element. */
+/* Compare string tensors ia of A and ib of B (va, vb: same shape), element by element. */
 static int compare_strings(differ *d, size_t ia, size_t ib, const dvar_var_info *va,
-                           var_diff *v)
+                           const dvar_var_info *vb, var_diff *v)
 {
 	uint64_t n, *la = NULL, *lb = NULL;
 	char *ba = NULL, *bb = NULL;
@@ -402,8 +384,8 @@ static int compare_strings(differ *d, size_t ia, size_t ib, const dvar_var_info 
 
 	dvar_shape_num_elements(&va->shape, &n);
 	if ((rc = dvar_op_check(&d->op, dvar_reader_path(d->s[0].r))) == DVAR_OK &&
-	    (rc = read_strings(d->s[0].r, ia, n, &la, &ba)) == DVAR_OK &&
-	    (rc = read_strings(d->s[1].r, ib, n, &lb, &bb)) == DVAR_OK) {
+	    (rc = dvar_read_strings_whole(d->s[0].r, ia, va, &la, &ba)) == DVAR_OK &&
+	    (rc = dvar_read_strings_whole(d->s[1].r, ib, vb, &lb, &bb)) == DVAR_OK) {
 		for (uint64_t k = 0, oa = 0, ob = 0; k < n && rc == DVAR_OK;
 		     oa += la[k], ob += lb[k], k++) {
 			if (la[k] == lb[k] && memcmp(ba + oa, bb + ob, (size_t)la[k]) == 0)
@@ -501,7 +483,7 @@ static int compare_variable(differ *d, size_t ia, size_t ib, var_diff *v)
 	} else {
 		dvar_shape_num_elements(&va.shape, &v->num_elements);
 		if (va.dtype == DVAR_DTYPE_STRING) {
-			rc = compare_strings(d, ia, ib, &va, v);
+			rc = compare_strings(d, ia, ib, &va, &vb, v);
 			dvar_op_advance(&d->op, va.raw_bytes + vb.raw_bytes);
 		} else if (!dvar_dtype_size(va.dtype)) {
 			rc = dvar_error_tf_dtype(va.name, va.dtype);

@@ -703,17 +703,11 @@ static int tf_region(exporter *e, size_t i, const dvar_var_info *v, const char *
 static int tf_strings(exporter *e, size_t i, const dvar_var_info *v, const char *key,
                       dvar_tf_writer *w)
 {
-	uint64_t n = 0, total = 0, *lens = NULL;
-	char *bytes = NULL;
-	int rc;
+	uint64_t *lens;
+	char *bytes;
+	int rc = dvar_read_strings_whole(e->r, i, v, &lens, &bytes);
 
-	dvar_shape_num_elements(&v->shape, &n);
-	lens = malloc((size_t)(n ? n : 1) * sizeof(uint64_t));
-	bytes = malloc((size_t)(v->stored_bytes ? v->stored_bytes : 1));
-	if (!lens || !bytes)
-		rc = dvar_error_set(DVAR_ENOMEM, "string tensor '%s': out of memory", v->name);
-	else if ((rc = dvar_reader_read_strings(e->r, i, lens, n, bytes, v->stored_bytes,
-	                                        &total)) == DVAR_OK)
+	if (rc == DVAR_OK)
 		rc = dvar_tf_writer_add_strings(w, key, &v->shape, lens, bytes);
 	free(lens);
 	free(bytes);

@@ -512,6 +512,7 @@ static void test_restore_diff__refused(void **state)
 	o.atol = -1;
 	o.rtol = 0;
 	assert_int_equal(dvar_diff(&rep, a, a, &o), DVAR_EINVAL);
+	tu_assert_error_contains("cannot go with a tolerance");
 	o = (dvar_diff_options)DVAR_DIFF_OPTIONS_INIT;
 	o.rtol = NAN;
 	assert_int_equal(dvar_diff(&rep, a, a, &o), DVAR_EINVAL);
@@ -521,6 +522,7 @@ static void test_restore_diff__refused(void **state)
 	o = (dvar_diff_options)DVAR_DIFF_OPTIONS_INIT;
 	o.num_exclude_prefixes = 1;
 	assert_int_equal(dvar_diff(&rep, a, a, &o), DVAR_EINVAL);
+	tu_assert_error_contains("exclude_prefixes is NULL");
 	o = (dvar_diff_options)DVAR_DIFF_OPTIONS_INIT;
 	o.version = 99;
 	assert_int_equal(dvar_diff(&rep, a, a, &o), DVAR_EINVAL);
@@ -619,6 +621,8 @@ static void test_restore_diff__partial_report(void **state)
 	/* A corrupt chunk of "b": "a" is in the report, with the only-in lists. */
 	corrupt(pb, "b");
 	assert_int_equal(dvar_diff(&rep, pa, pb, NULL), DVAR_ECORRUPT);
+	tu_assert_error_contains("'b'");
+	tu_assert_error_contains("checksum");
 	assert_non_null(rep);
 	assert_int_equal(dvar_diff_report_num_vars(rep), 1);
 	dvar_var_diff v = var_of(rep, "a");
