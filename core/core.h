@@ -67,11 +67,12 @@ int dvar_options_init(void *opts, size_t size, const void *tmpl, const char *wha
 /** The CRC of A||B from crc(A), crc(B) and len(B). */
 uint32_t dvar_crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b);
 
-/* The two implementations behind dvar_crc32c_extend, for tests and benchmarks:
- * the portable slice-by-8 tables, and SSE4.2 (DVAR_ENOTSUPP, *out untouched,
- * where the CPU or the build lacks it). */
+/* The implementations behind dvar_crc32c_extend, for tests and benchmarks:
+ * the portable slice-by-8 tables, and level 1 SSE4.2 or level 2 SSE4.2 with
+ * VPCLMULQDQ folding (DVAR_ENOTSUPP, *out untouched, where the CPU or the
+ * build lacks that level). */
 uint32_t dvar_crc32c__table(uint32_t crc, const void *buf, size_t len);
-int dvar_crc32c__hw(uint32_t crc, const void *buf, size_t len, uint32_t *out);
+int dvar_crc32c__hw(int level, uint32_t crc, const void *buf, size_t len, uint32_t *out);
 
 /* ---------------------------------------------------------------- memory */
 

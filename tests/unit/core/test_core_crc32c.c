@@ -1,6 +1,6 @@
 /*
- * tests/unit/core/test_core_crc32c.c - CRC-32C: known vectors, the SSE4.2
- * and table paths against each other and a bitwise reference, extending,
+ * tests/unit/core/test_core_crc32c.c - CRC-32C: known vectors, the SSE4.2,
+ * folding and table paths against each other and a bitwise reference, extending,
  * and dvar_crc32c_combine against the CRC of the concatenation.
  */
 #include <stdio.h>
@@ -30,8 +30,9 @@ static void check_all(const void *buf, size_t len, uint32_t want)
 	assert_int_equal(dvar_crc32c(buf, len), want);
 	assert_int_equal(dvar_crc32c__table(0, buf, len), want);
 	assert_int_equal(crc_bitwise(0, buf, len), want);
-	if (dvar_crc32c__hw(0, buf, len, &hw) == DVAR_OK)
-		assert_int_equal(hw, want);
+	for (int level = 1; level <= 2; level++)
+		if (dvar_crc32c__hw(level, 0, buf, len, &hw) == DVAR_OK)
+			assert_int_equal(hw, want);
 }
 
 static void test_core_crc32c__vectors(void **state)
@@ -69,13 +70,15 @@ static void test_core_crc32c__hw_matches_table(void **state)
 	unsigned char *buf = malloc(cap);
 	uint64_t rng = 42;
 	uint32_t hw;
-	int have = dvar_crc32c__hw(0, "", 0, &hw) == DVAR_OK;
+	int have[3] = { 0 };
 
 	(void)state;
 	assert_non_null(buf);
 	tu_fill_random(buf, cap, 7);
-	if (!have)
-		print_message("no SSE4.2 here: comparing the table path with the bitwise one\n");
+	for (int level = 1; level <= 2; level++)
+		if (!(have[level] = dvar_crc32c__hw(level, 0, "", 0, &hw) == DVAR_OK))
+			print_message("no %s here: its path is not compared\n",
+			              level == 1 ? "SSE4.2" : "AVX-512 VPCLMULQDQ");
 	for (int i = 0; i < 2000; i++) {
 		size_t len = i < 64 ? (size_t)i : tu_rand(&rng) % 10001;
 		size_t off = tu_rand(&rng) % 17;
@@ -85,22 +88,25 @@ static void test_core_crc32c__hw_matches_table(void **state)
 		if (i % 16 == 0)
 			assert_int_equal(crc_bitwise(seed, buf + off, len), want);
 		assert_int_equal(dvar_crc32c_extend(seed, buf + off, len), want);
-		if (have) {
-			assert_int_equal(dvar_crc32c__hw(seed, buf + off, len, &hw), DVAR_OK);
+		for (int level = 1; level <= 2; level++) {
+			if (!have[level])
+				continue;
+			assert_int_equal(dvar_crc32c__hw(level, seed, buf + off, len, &hw), DVAR_OK);
 			if (hw != want)
-				fail_msg("len %zu off %zu seed %08x: hw %08x table %08x", len, off,
-				         seed, hw, want);
+				fail_msg("level %d len %zu off %zu seed %08x: hw %08x table %08x", level,
+				         len, off, seed, hw, want);
 		}
 	}
 	free(buf);
 }
 
-/* Lengths that reach the 3 x 8 KiB and 3 x 256 B interleaved loops and
- * every tail behind them. */
+/* Lengths that reach the 3 x 8 KiB and 3 x 256 B interleaved loops, the
+ * 256-byte folding from 1 KiB on, and every tail behind them. */
 static void test_core_crc32c__long_buffers(void **state)
 {
-	static const size_t lens[] = { 767, 768, 769, 775, 1536, 24575, 24576, 24577,
-	                               24576 + 768 + 7, 49152 + 100, 100003, (1u << 20) + 13 };
+	static const size_t lens[] = { 767, 768, 769, 775, 1023, 1024, 1025, 1279, 1280, 1536,
+	                               24575, 24576, 24577, 24576 + 768 + 7, 49152 + 100, 100003,
+	                               (1u << 20) + 13 };
 	size_t cap = (1u << 20) + 64;
 	unsigned char *buf = malloc(cap);
 
@@ -113,8 +119,9 @@ static void test_core_crc32c__long_buffers(void **state)
 			uint32_t hw;
 			assert_int_equal(dvar_crc32c__table(0, buf + off, lens[i]), want);
 			assert_int_equal(dvar_crc32c(buf + off, lens[i]), want);
-			if (dvar_crc32c__hw(0, buf + off, lens[i], &hw) == DVAR_OK)
-				assert_int_equal(hw, want);
+			for (int level = 1; level <= 2; level++)
+				if (dvar_crc32c__hw(level, 0, buf + off, lens[i], &hw) == DVAR_OK)
+					assert_int_equal(hw, want);
 		}
 	}
 	free(buf);
