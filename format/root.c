@@ -244,6 +244,46 @@ static int keep_chains(const char *root, char **list, size_t n, size_t drop, int
 	return DVAR_OK;
 }
 
+/*
+ * Delete the checkpoints in root that no pointer lists (a save that failed
+ * after its directory was committed leaves one) and whose chain reaches a
+ * checkpoint about to be deleted, gone[0..n): they could not be opened
+ * after it, and no retention would ever delete them. A directory whose
+ * index cannot be read is left alone.
+ */
+static int drop_orphans(const char *root, char **listed, size_t num_listed, char **gone, size_t n)
+{
+	DIR *d = opendir(root);
+	struct dirent *e;
+	int rc = DVAR_OK;
+	if (!d)
+		return dvar_error_set_errno(DVAR_EIO, errno, "open checkpoint root '%s'", root);
+	while (!rc && (e = readdir(d))) {
+		dvar_tmp_info t;
+		int skip = e->d_name[0] == '.' || dvar_tmp_parse(e->d_name, &t);
+		for (size_t i = 0; i < num_listed && !skip; i++)
+			skip = strcmp(listed[i], e->d_name) == 0;
+		char *dir = skip ? NULL : dvar_path_join(root, e->d_name);
+		dvar_header h;
+		uint32_t crc;
+		if (!dir || dvar_link_peek(dir, &h, &crc) != DVAR_OK) {
+			dvar_error_clear();
+			free(dir);
+			continue;
+		}
+		int orphan = 0;
+		for (size_t k = 0; k < h.chain_len && !orphan; k++)
+			for (size_t j = 0; j < n && !orphan; j++)
+				orphan = strcmp(gone[j], h.chain[k].name) == 0;
+		dvar_header_clear(&h);
+		free(dir);
+		if (orphan)
+			rc = delete_checkpoint(root, e->d_name);
+	}
+	closedir(d);
+	return rc;
+}
+
 int dvar_root_lock(const char *root, int *fd)
 {
 	char *path = dvar_path_join(root, DVAR_LOCK_NAME);
@@ -327,9 +367,17 @@ int dvar_root_publish(const char *root, const char *name, int keep_last)
 	DVAR_FAULT_POINT("before-pointer");
 	rc = dvar_pointer_write(root, &next);
 	DVAR_FAULT_POINT("pointer-written");
-	for (size_t i = 0; !rc && i < drop; i++)
+	/* Deltas go before the checkpoints they are written over (published
+	 * after them: newest first), so deleting cut short never leaves one on
+	 * disk whose base is gone. */
+	size_t ngone = 0;
+	for (size_t i = 0; i < drop; i++)
 		if (!keep[i])
-			rc = delete_checkpoint(root, list[i]);
+			list[ngone++] = list[i];
+	if (!rc && ngone)
+		rc = drop_orphans(root, kept, nk, list, ngone);
+	for (size_t i = ngone; !rc && i > 0; i--)
+		rc = delete_checkpoint(root, list[i - 1]);
 	free(keep);
 	free(kept);
 	free(list);

@@ -328,12 +328,14 @@ static void prepare(job *j)
 		die("scatter");
 }
 
-/* The operation: into root at next_step, or into out. */
-static int act(job *j)
+/* The operation: into root at next_step, or into out. A delta trial's
+ * unarmed run after it (at < 0) saves in full: every trial's delta then
+ * has a short chain under it, not one as long as the sweep so far. */
+static int act(job *j, long at)
 {
 	if (is_save())
-		return save(j->s, j->v, next_step, strcmp(op, "delta") == 0 ? DVAR_SAVE_DELTA : 0,
-		            async_save);
+		return save(j->s, j->v, next_step,
+		            strcmp(op, "delta") == 0 && at >= 0 ? DVAR_SAVE_DELTA : 0, async_save);
 	if (strcmp(op, "import") == 0) {
 		dvar_import_source in[2] = { { npy1, "a" }, { npy2, "b" } };
 		dvar_import_options o = DVAR_IMPORT_OPTIONS_INIT;
@@ -372,7 +374,7 @@ static report run_armed(job *j, long at, int kind)
 	const char *what = "", *where;
 
 	dvar_fault_arm(1, at, kind);
-	r.rc = act(j);
+	r.rc = act(j, at);
 	r.calls = dvar_fault_calls();
 	r.hit = dvar_fault_hit(&what);
 	dvar_fault_arm(0, 0, 0);

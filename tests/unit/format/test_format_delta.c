@@ -597,6 +597,60 @@ static void test_format_delta__retention(void **state_)
 	dvar_reader_free(r);
 }
 
+/*
+ * A delta committed into the root but never published (its save failed
+ * before the pointer) goes with the checkpoint it is written over when
+ * retention deletes that one: left behind, it would list and not open.
+ */
+static void test_format_delta__retention_orphans(void **state_)
+{
+	const char *root = *state_;
+	dvar_shape se = shape2(ROWS, COLS);
+	int64_t row = 0;
+	state st;
+	dvar_writer *w;
+	dvar_root_list *l;
+	dvar_root_entry e;
+
+	fill_state(&st, 5);
+	save_step(root, 1, NULL, &st);
+	save_step(root, 2, "ckpt-1", &st);
+	/* ckpt-7 over ckpt-2, and the full ckpt-8, unlisted. */
+	char *c7 = tu_path(root, "ckpt-7"), *c8 = tu_path(root, "ckpt-8");
+	assert_int_equal(dvar_writer_open(&w, c7, NULL), DVAR_OK);
+	assert_int_equal(dvar_writer_set_base(w, "ckpt-2"), DVAR_OK);
+	assert_int_equal(dvar_writer_add_rows(w, "emb", DVAR_FLOAT32, &se, &row, 1, st.emb), DVAR_OK);
+	assert_int_equal(dvar_writer_commit(w), DVAR_OK);
+	dvar_writer_free(w);
+	assert_int_equal(dvar_writer_open(&w, c8, NULL), DVAR_OK);
+	assert_int_equal(dvar_writer_add(w, "emb", DVAR_FLOAT32, &se, NULL, st.emb), DVAR_OK);
+	assert_int_equal(dvar_writer_commit(w), DVAR_OK);
+	dvar_writer_free(w);
+	/* ckpt-3 full keeps ckpt-2 and ckpt-1 (2 needs 1): ckpt-7 stays too. */
+	save_step(root, 3, NULL, &st);
+	assert_true(exists_in(root, "ckpt-1") && exists_in(root, "ckpt-7"));
+	/* ckpt-4 over ckpt-3: ckpt-1 and ckpt-2 go, and ckpt-7 with them;
+	 * the full ckpt-8 opens without them and stays. */
+	save_step(root, 4, "ckpt-3", &st);
+	assert_false(exists_in(root, "ckpt-1") || exists_in(root, "ckpt-2") ||
+	             exists_in(root, "ckpt-7"));
+	assert_true(exists_in(root, "ckpt-8"));
+	assert_int_equal(dvar_root_list_open(&l, root), DVAR_OK);
+	assert_int_equal(dvar_root_list_count(l), 3);
+	for (size_t i = 0; i < 3; i++) {
+		dvar_reader *r;
+		char *p;
+		assert_int_equal(dvar_root_list_get(l, i, &e), DVAR_OK);
+		p = tu_path(root, e.name);
+		assert_int_equal(dvar_reader_open(&r, p, NULL), DVAR_OK);
+		dvar_reader_free(r);
+		free(p);
+	}
+	dvar_root_list_free(l);
+	free(c7);
+	free(c8);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -609,6 +663,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_format_delta__parts, tu_setup_dir, tu_teardown_dir),
 		cmocka_unit_test_setup_teardown(test_format_delta__map, tu_setup_dir, tu_teardown_dir),
 		cmocka_unit_test_setup_teardown(test_format_delta__retention, tu_setup_dir,
+		                                tu_teardown_dir),
+		cmocka_unit_test_setup_teardown(test_format_delta__retention_orphans, tu_setup_dir,
 		                                tu_teardown_dir),
 	};
 	return cmocka_run_group_tests_name("format/delta", tests, NULL, NULL);
