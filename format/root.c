@@ -244,26 +244,50 @@ static int keep_chains(const char *root, char **list, size_t n, size_t drop, int
 	return DVAR_OK;
 }
 
+/* 1 when name is one of names[0..n). */
+static int named(const char *name, char **names, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (strcmp(names[i], name) == 0)
+			return 1;
+	return 0;
+}
+
+typedef struct {
+	char *name;
+	size_t links;
+} orphan;
+
+/* Longest chain first: a delta before the deltas it is written over. */
+static int by_links_down(const void *x, const void *y)
+{
+	size_t a = ((const orphan *)x)->links, b = ((const orphan *)y)->links;
+	return a < b ? 1 : a > b ? -1 : 0;
+}
+
 /*
  * Delete the checkpoints in root that no pointer lists (a save that failed
  * after its directory was committed leaves one) and whose chain reaches a
  * checkpoint about to be deleted, gone[0..n): they could not be opened
- * after it, and no retention would ever delete them. A directory whose
- * index cannot be read is left alone.
+ * after it, and no retention would ever delete them. Longest chain first,
+ * as the caller deletes gone[]. A directory whose index cannot be read is
+ * left alone.
  */
 static int drop_orphans(const char *root, char **listed, size_t num_listed, char **gone, size_t n)
 {
 	DIR *d = opendir(root);
 	struct dirent *e;
+	orphan *found = NULL;
+	size_t num = 0, cap = 0;
 	int rc = DVAR_OK;
 	if (!d)
 		return dvar_error_set_errno(DVAR_EIO, errno, "open checkpoint root '%s'", root);
 	while (!rc && (e = readdir(d))) {
 		dvar_tmp_info t;
-		int skip = e->d_name[0] == '.' || dvar_tmp_parse(e->d_name, &t);
-		for (size_t i = 0; i < num_listed && !skip; i++)
-			skip = strcmp(listed[i], e->d_name) == 0;
-		char *dir = skip ? NULL : dvar_path_join(root, e->d_name);
+		if (e->d_name[0] == '.' || dvar_tmp_parse(e->d_name, &t) ||
+		    named(e->d_name, listed, num_listed) || named(e->d_name, gone, n))
+			continue;
+		char *dir = dvar_path_join(root, e->d_name);
 		dvar_header h;
 		uint32_t crc;
 		if (!dir || dvar_link_peek(dir, &h, &crc) != DVAR_OK) {
@@ -271,16 +295,30 @@ static int drop_orphans(const char *root, char **listed, size_t num_listed, char
 			free(dir);
 			continue;
 		}
-		int orphan = 0;
-		for (size_t k = 0; k < h.chain_len && !orphan; k++)
-			for (size_t j = 0; j < n && !orphan; j++)
-				orphan = strcmp(gone[j], h.chain[k].name) == 0;
-		dvar_header_clear(&h);
 		free(dir);
-		if (orphan)
-			rc = delete_checkpoint(root, e->d_name);
+		int needs_gone = 0;
+		for (size_t k = 0; k < h.chain_len && !needs_gone; k++)
+			needs_gone = named(h.chain[k].name, gone, n);
+		if (needs_gone) {
+			orphan *grown = dvar_grow(found, num, &cap, sizeof(*found), 4);
+			if (!grown || !(grown[num].name = strdup(e->d_name)))
+				rc = dvar_error_set(DVAR_ENOMEM, "out of memory");
+			if (grown)
+				found = grown;
+			if (!rc)
+				found[num++].links = h.chain_len;
+		}
+		dvar_header_clear(&h);
 	}
 	closedir(d);
+	if (num)
+		qsort(found, num, sizeof(*found), by_links_down);
+	for (size_t i = 0; i < num; i++) {
+		if (!rc)
+			rc = delete_checkpoint(root, found[i].name);
+		free(found[i].name);
+	}
+	free(found);
 	return rc;
 }
 

@@ -615,25 +615,30 @@ static void test_format_delta__retention_orphans(void **state_)
 	fill_state(&st, 5);
 	save_step(root, 1, NULL, &st);
 	save_step(root, 2, "ckpt-1", &st);
-	/* ckpt-7 over ckpt-2, and the full ckpt-8, unlisted. */
-	char *c7 = tu_path(root, "ckpt-7"), *c8 = tu_path(root, "ckpt-8");
-	assert_int_equal(dvar_writer_open(&w, c7, NULL), DVAR_OK);
-	assert_int_equal(dvar_writer_set_base(w, "ckpt-2"), DVAR_OK);
-	assert_int_equal(dvar_writer_add_rows(w, "emb", DVAR_FLOAT32, &se, &row, 1, st.emb), DVAR_OK);
-	assert_int_equal(dvar_writer_commit(w), DVAR_OK);
-	dvar_writer_free(w);
+	/* ckpt-7 over ckpt-2, ckpt-9 over ckpt-7, and the full ckpt-8, unlisted. */
+	char *c7 = tu_path(root, "ckpt-7"), *c8 = tu_path(root, "ckpt-8"), *c9 = tu_path(root, "ckpt-9");
+	const char *deltas[][2] = { { c7, "ckpt-2" }, { c9, "ckpt-7" } };
+	for (int k = 0; k < 2; k++) {
+		assert_int_equal(dvar_writer_open(&w, deltas[k][0], NULL), DVAR_OK);
+		assert_int_equal(dvar_writer_set_base(w, deltas[k][1]), DVAR_OK);
+		assert_int_equal(dvar_writer_add_rows(w, "emb", DVAR_FLOAT32, &se, &row, 1, st.emb),
+		                 DVAR_OK);
+		assert_int_equal(dvar_writer_commit(w), DVAR_OK);
+		dvar_writer_free(w);
+	}
 	assert_int_equal(dvar_writer_open(&w, c8, NULL), DVAR_OK);
 	assert_int_equal(dvar_writer_add(w, "emb", DVAR_FLOAT32, &se, NULL, st.emb), DVAR_OK);
 	assert_int_equal(dvar_writer_commit(w), DVAR_OK);
 	dvar_writer_free(w);
-	/* ckpt-3 full keeps ckpt-2 and ckpt-1 (2 needs 1): ckpt-7 stays too. */
+	/* ckpt-3 full keeps ckpt-2 and ckpt-1 (2 needs 1): ckpt-7 and 9 stay too. */
 	save_step(root, 3, NULL, &st);
-	assert_true(exists_in(root, "ckpt-1") && exists_in(root, "ckpt-7"));
-	/* ckpt-4 over ckpt-3: ckpt-1 and ckpt-2 go, and ckpt-7 with them;
-	 * the full ckpt-8 opens without them and stays. */
+	assert_true(exists_in(root, "ckpt-1") && exists_in(root, "ckpt-7") &&
+	            exists_in(root, "ckpt-9"));
+	/* ckpt-4 over ckpt-3: ckpt-1 and ckpt-2 go, and ckpt-7 and ckpt-9 with
+	 * them; the full ckpt-8 opens without them and stays. */
 	save_step(root, 4, "ckpt-3", &st);
 	assert_false(exists_in(root, "ckpt-1") || exists_in(root, "ckpt-2") ||
-	             exists_in(root, "ckpt-7"));
+	             exists_in(root, "ckpt-7") || exists_in(root, "ckpt-9"));
 	assert_true(exists_in(root, "ckpt-8"));
 	assert_int_equal(dvar_root_list_open(&l, root), DVAR_OK);
 	assert_int_equal(dvar_root_list_count(l), 3);
@@ -649,6 +654,7 @@ static void test_format_delta__retention_orphans(void **state_)
 	dvar_root_list_free(l);
 	free(c7);
 	free(c8);
+	free(c9);
 }
 
 int main(void)
