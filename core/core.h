@@ -113,6 +113,10 @@ int dvar_pool_size(const dvar_pool *pool);
  */
 int dvar_pool_for(dvar_pool *pool, size_t n, int (*fn)(void *ctx, size_t i), void *ctx);
 
+/** dvar_pool_for on at most width threads, the caller's included (<= 0: all). */
+int dvar_pool_for_width(dvar_pool *pool, size_t n, int width, int (*fn)(void *ctx, size_t i),
+                        void *ctx);
+
 /* ---------------------------------------------------------------- stash */
 
 /* A thread-safe stack of reusable buffers (see stash.c). */

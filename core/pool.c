@@ -31,6 +31,7 @@ struct dvar_pool {
 	void *ctx;
 	size_t n;
 	atomic_size_t next;
+	int seats;        /* workers that may still join it (width - 1 at the start) */
 
 	/* Its first failure in task order. */
 	size_t fail_index;
@@ -77,8 +78,11 @@ static void *worker_main(void *arg)
 		if (pool->stop)
 			break;
 		seen = pool->generation;
+		int join = pool->seats > 0;
+		pool->seats -= join;
 		pthread_mutex_unlock(&pool->lock);
-		run_tasks(pool);
+		if (join)
+			run_tasks(pool);
 		pthread_mutex_lock(&pool->lock);
 		if (--pool->busy == 0)
 			pthread_cond_signal(&pool->done_cv);
@@ -162,6 +166,12 @@ int dvar_pool_size(const dvar_pool *pool)
 
 int dvar_pool_for(dvar_pool *pool, size_t n, int (*fn)(void *ctx, size_t i), void *ctx)
 {
+	return dvar_pool_for_width(pool, n, 0, fn, ctx);
+}
+
+int dvar_pool_for_width(dvar_pool *pool, size_t n, int width, int (*fn)(void *ctx, size_t i),
+                        void *ctx)
+{
 	int rc = DVAR_OK;
 
 	if (n == 0)
@@ -172,10 +182,13 @@ int dvar_pool_for(dvar_pool *pool, size_t n, int (*fn)(void *ctx, size_t i), voi
 	pool->n = n;
 	pool->fail_index = SIZE_MAX;
 	atomic_store_explicit(&pool->next, 0, memory_order_relaxed);
-	/* One task needs no wake-ups. */
-	if (pool->nworkers > 0 && n > 1) {
+	if (width <= 0 || width > pool->size)
+		width = pool->size;
+	/* One task, or one thread, needs no wake-ups. */
+	if (pool->nworkers > 0 && n > 1 && width > 1) {
 		pthread_mutex_lock(&pool->lock);
 		pool->busy = pool->nworkers;
+		pool->seats = width - 1;
 		pool->generation++;
 		pthread_cond_broadcast(&pool->work_cv);
 		pthread_mutex_unlock(&pool->lock);

@@ -312,7 +312,8 @@ DVAR_EXTERN(int) dvar_writer_abort_step_parts(const char *root, int64_t step, co
 
 typedef struct {
 	unsigned int version; /**< DVAR_READ_OPTIONS_VERSION */
-	int threads;          /**< read/decompress threads; 0 = CPUs, at least 4 (reads in flight) */
+	int threads;          /**< read/decompress threads; 0 = CPUs, and at least 4 for reads
+	                           that can go around the page cache (4 in flight) */
 	dvar_progress_fn progress;
 	void *progress_userdata;
 } dvar_read_options;

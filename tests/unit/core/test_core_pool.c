@@ -1,7 +1,8 @@
 /*
  * tests/unit/core/test_core_pool.c - the thread pool: every task runs once,
  * the first failure in task order wins and its message reaches the caller,
- * the pool's threads really run at once, and concurrent callers serialize.
+ * the pool's threads really run at once, a loop of a given width runs on no
+ * more threads, and concurrent callers serialize.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -197,6 +198,57 @@ static void test_core_pool__threads_run_at_once(void **state)
 	dvar_pool_free(pool);
 }
 
+struct width_ctx {
+	pthread_mutex_t lock;
+	pthread_t seen[8];
+	int num_seen;
+	atomic_int inside, most_inside, ran;
+};
+
+static int width_task(void *p, size_t i)
+{
+	struct width_ctx *c = p;
+	int now = atomic_fetch_add(&c->inside, 1) + 1, most = atomic_load(&c->most_inside);
+	struct timespec ms = { 0, 1000000 };
+
+	(void)i;
+	while (now > most && !atomic_compare_exchange_weak(&c->most_inside, &most, now))
+		;
+	pthread_mutex_lock(&c->lock);
+	int k = 0;
+	while (k < c->num_seen && !pthread_equal(c->seen[k], pthread_self()))
+		k++;
+	if (k == c->num_seen && k < 8)
+		c->seen[c->num_seen++] = pthread_self();
+	pthread_mutex_unlock(&c->lock);
+	nanosleep(&ms, NULL); /* time for every thread allowed in to join */
+	atomic_fetch_sub(&c->inside, 1);
+	atomic_fetch_add(&c->ran, 1);
+	return DVAR_OK;
+}
+
+static void test_core_pool__width(void **state)
+{
+	dvar_pool *pool;
+
+	(void)state;
+	assert_int_equal(dvar_pool_create(&pool, 4), DVAR_OK);
+	for (int width = 1; width <= 3; width++) {
+		struct width_ctx c = { .lock = PTHREAD_MUTEX_INITIALIZER };
+		assert_int_equal(dvar_pool_for_width(pool, 40, width, width_task, &c), DVAR_OK);
+		assert_int_equal(atomic_load(&c.ran), 40);
+		assert_true(atomic_load(&c.most_inside) <= width);
+		assert_true(c.num_seen <= width);
+		if (width == 1)
+			assert_true(pthread_equal(c.seen[0], pthread_self()));
+	}
+	/* A narrow loop leaves the next one its whole width. */
+	struct window_ctx w = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 4, 0 };
+	assert_int_equal(dvar_pool_for_width(pool, 4, 0, window_task, &w), DVAR_OK);
+	assert_int_equal(w.reached, 1);
+	dvar_pool_free(pool);
+}
+
 struct caller_arg {
 	dvar_pool *pool;
 	int id;
@@ -264,6 +316,7 @@ int main(void)
 		cmocka_unit_test(test_core_pool__sequential_calls),
 		cmocka_unit_test(test_core_pool__first_failure_in_task_order),
 		cmocka_unit_test(test_core_pool__threads_run_at_once),
+		cmocka_unit_test(test_core_pool__width),
 		cmocka_unit_test(test_core_pool__concurrent_callers),
 	};
 	return cmocka_run_group_tests_name("core/pool", tests, NULL, NULL);
