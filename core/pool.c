@@ -1,8 +1,13 @@
 /*
- * core/pool.c - a fixed pool of worker threads for parallel loops (checksum,
+ * core/pool.c - a pool of worker threads for parallel loops (checksum,
  * compress, copy). dvar_pool_for hands out task indices through an atomic
- * counter; the calling thread works too, so a pool of size n runs n-1 workers.
- * A task must not call dvar_pool_for on its own pool: it would wait for itself.
+ * counter; the calling thread works too, so a pool of size n runs up to n-1
+ * workers. They start on the first loop that needs them, not with the pool:
+ * a reader that only lists its variables or reads small ones one chunk at a
+ * time never pays for threads (about 60 us each to start on a VM, most of
+ * an open). A worker that cannot start leaves its tasks to the others and
+ * the caller. A task must not call dvar_pool_for on its own pool: it would
+ * wait for itself.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -13,10 +18,16 @@
 
 #include "core/core.h"
 
+typedef struct {
+	dvar_pool *pool;
+	pthread_t thread;
+	uint64_t born; /* the generation when it started: it joins the loops after */
+} worker;
+
 struct dvar_pool {
 	int size;
-	int nworkers;
-	pthread_t *workers;
+	int nworkers; /* started; only a caller holding call_lock starts more */
+	worker *workers;
 	pthread_mutex_t call_lock; /* one dvar_pool_for at a time */
 
 	pthread_mutex_t lock; /* guards everything below */
@@ -68,8 +79,8 @@ static void run_tasks(dvar_pool *pool)
 
 static void *worker_main(void *arg)
 {
-	dvar_pool *pool = arg;
-	uint64_t seen = 0;
+	dvar_pool *pool = ((worker *)arg)->pool;
+	uint64_t seen = ((worker *)arg)->born;
 
 	pthread_mutex_lock(&pool->lock);
 	for (;;) {
@@ -91,30 +102,32 @@ static void *worker_main(void *arg)
 	return NULL;
 }
 
-static void stop_workers(dvar_pool *pool, int started)
+static void stop_workers(dvar_pool *pool)
 {
 	pthread_mutex_lock(&pool->lock);
 	pool->stop = 1;
 	pthread_cond_broadcast(&pool->work_cv);
 	pthread_mutex_unlock(&pool->lock);
-	for (int i = 0; i < started; i++)
-		pthread_join(pool->workers[i], NULL);
+	for (int i = 0; i < pool->nworkers; i++)
+		pthread_join(pool->workers[i].thread, NULL);
 }
 
-static void destroy(dvar_pool *pool)
+/* Workers up to want, as many as start (the caller holds call_lock). */
+static void start_workers(dvar_pool *pool, int want)
 {
-	pthread_cond_destroy(&pool->done_cv);
-	pthread_cond_destroy(&pool->work_cv);
-	pthread_mutex_destroy(&pool->lock);
-	pthread_mutex_destroy(&pool->call_lock);
-	free(pool->workers);
-	free(pool);
+	for (; pool->nworkers < want; pool->nworkers++) {
+		worker *w = &pool->workers[pool->nworkers];
+
+		w->pool = pool;
+		w->born = pool->generation;
+		if (pthread_create(&w->thread, NULL, worker_main, w))
+			break;
+	}
 }
 
 int dvar_pool_create(dvar_pool **out, int n)
 {
 	dvar_pool *pool;
-	int rc = DVAR_OK;
 
 	if (n <= 0) {
 		long cpus = sysconf(_SC_NPROCESSORS_ONLN);
@@ -133,30 +146,21 @@ int dvar_pool_create(dvar_pool **out, int n)
 	pthread_mutex_init(&pool->lock, NULL);
 	pthread_cond_init(&pool->work_cv, NULL);
 	pthread_cond_init(&pool->done_cv, NULL);
-	for (; pool->nworkers < n - 1; pool->nworkers++) {
-		int err = pthread_create(&pool->workers[pool->nworkers], NULL, worker_main, pool);
-		if (err) {
-			rc = dvar_error_set_errno(err == EAGAIN ? DVAR_ENOMEM : DVAR_ERROR, err,
-			                          "thread pool: starting thread %d of %d",
-			                          pool->nworkers + 1, n - 1);
-			goto done;
-		}
-	}
 	*out = pool;
-done:
-	if (rc != DVAR_OK) {
-		stop_workers(pool, pool->nworkers);
-		destroy(pool);
-	}
-	return rc;
+	return DVAR_OK;
 }
 
 void dvar_pool_free(dvar_pool *pool)
 {
 	if (!pool)
 		return;
-	stop_workers(pool, pool->nworkers);
-	destroy(pool);
+	stop_workers(pool);
+	pthread_cond_destroy(&pool->done_cv);
+	pthread_cond_destroy(&pool->work_cv);
+	pthread_mutex_destroy(&pool->lock);
+	pthread_mutex_destroy(&pool->call_lock);
+	free(pool->workers);
+	free(pool);
 }
 
 int dvar_pool_size(const dvar_pool *pool)
@@ -184,8 +188,12 @@ int dvar_pool_for_width(dvar_pool *pool, size_t n, int width, int (*fn)(void *ct
 	atomic_store_explicit(&pool->next, 0, memory_order_relaxed);
 	if (width <= 0 || width > pool->size)
 		width = pool->size;
+	if ((size_t)width > n)
+		width = (int)n;
+	if (width > 1)
+		start_workers(pool, width - 1);
 	/* One task, or one thread, needs no wake-ups. */
-	if (pool->nworkers > 0 && n > 1 && width > 1) {
+	if (pool->nworkers > 0 && width > 1) {
 		pthread_mutex_lock(&pool->lock);
 		pool->busy = pool->nworkers;
 		pool->seats = width - 1;

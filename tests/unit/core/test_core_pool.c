@@ -2,8 +2,10 @@
  * tests/unit/core/test_core_pool.c - the thread pool: every task runs once,
  * the first failure in task order wins and its message reaches the caller,
  * the pool's threads really run at once, a loop of a given width runs on no
- * more threads, and concurrent callers serialize.
+ * more threads, workers start only when a loop needs them, and concurrent
+ * callers serialize.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -249,6 +251,40 @@ static void test_core_pool__width(void **state)
 	dvar_pool_free(pool);
 }
 
+/* Threads of this process (Linux: /proc/self/task). */
+static int thread_count(void)
+{
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *e;
+	int n = 0;
+
+	assert_non_null(d);
+	while ((e = readdir(d)))
+		n += e->d_name[0] != '.';
+	closedir(d);
+	return n;
+}
+
+static void test_core_pool__workers_start_when_needed(void **state)
+{
+	dvar_pool *pool;
+	int before = thread_count();
+
+	(void)state;
+	assert_int_equal(dvar_pool_create(&pool, 6), DVAR_OK);
+	assert_int_equal(thread_count(), before);
+	check_sum(pool, 1); /* one task: the caller alone */
+	assert_int_equal(thread_count(), before);
+	struct width_ctx c = { .lock = PTHREAD_MUTEX_INITIALIZER };
+	assert_int_equal(dvar_pool_for_width(pool, 40, 3, width_task, &c), DVAR_OK);
+	assert_int_equal(thread_count(), before + 2);
+	check_sum(pool, 3); /* three tasks need two workers: none more */
+	assert_int_equal(thread_count(), before + 2);
+	check_sum(pool, 1000);
+	assert_int_equal(thread_count(), before + 5);
+	dvar_pool_free(pool);
+}
+
 struct caller_arg {
 	dvar_pool *pool;
 	int id;
@@ -317,6 +353,7 @@ int main(void)
 		cmocka_unit_test(test_core_pool__first_failure_in_task_order),
 		cmocka_unit_test(test_core_pool__threads_run_at_once),
 		cmocka_unit_test(test_core_pool__width),
+		cmocka_unit_test(test_core_pool__workers_start_when_needed),
 		cmocka_unit_test(test_core_pool__concurrent_callers),
 	};
 	return cmocka_run_group_tests_name("core/pool", tests, NULL, NULL);
