@@ -98,7 +98,8 @@ void *dvar_grow(void *arr, size_t len, size_t *cap, size_t elem, size_t first);
 
 typedef struct dvar_pool dvar_pool;
 
-/** A pool of n worker threads (n <= 0: one per online CPU). */
+/** A pool of n threads, the caller's included (n <= 0: one per online CPU);
+ *  the other n-1 start as the loops run need them. */
 int dvar_pool_create(dvar_pool **out, int n);
 void dvar_pool_free(dvar_pool *pool); /* NULL is a no-op */
 int dvar_pool_size(const dvar_pool *pool);

@@ -9,7 +9,6 @@
  * the caller. A task must not call dvar_pool_for on its own pool: it would
  * wait for itself.
  */
-#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
