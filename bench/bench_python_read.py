@@ -38,7 +38,10 @@ here, data written with O_DIRECT (as dvar's writer does) read back at
 1.2-3 GB/s for minutes after, a buffered copy of the same bytes at 5 GB/s.
 A raw read() of each side's files (into a new array, as np.load does) is
 timed next to them in every cold run, so the host's speed for each file is
-on the same line.
+on the same line, and so are the read requests each side's cold reads made
+and the time the disk was busy with them (/sys/dev/block/.../stat of the
+scratch disk; other programs' reads count too): a side that splits its
+reads into many small requests shows there.
 """
 
 import argparse
@@ -106,6 +109,18 @@ def raw_read(paths):
             fh.readinto(memoryview(buf))
 
 
+def disk_counters(path):
+    """(read requests, milliseconds busy) so far of the block device that
+    holds path (/sys/dev/block/MAJ:MIN/stat), or None (tmpfs, no sysfs)."""
+    dev = os.stat(path).st_dev
+    try:
+        with open("/sys/dev/block/%d:%d/stat" % (os.major(dev), os.minor(dev))) as f:
+            v = f.read().split()
+        return int(v[0]), int(v[9])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def timed(fn):
     t = time.perf_counter()
     out = fn()
@@ -116,9 +131,10 @@ def median_range(xs):
     return "%5.2f (%4.2f-%4.2f)" % (statistics.median(xs), min(xs), max(xs))
 
 
-def row(case, mode, runs, times, nbytes, raw=None):
+def row(case, mode, runs, times, nbytes, raw=None, disk=None):
     """One line: each side's median, min and max time and GB/s; then the
-    ratio of every NumPy side's time to dvar's (median of the per-run ratios)."""
+    ratio of every NumPy side's time to dvar's (median of the per-run ratios);
+    with disk, each side's median read requests and disk busy time."""
     def fmt(ts):
         return "%7.3f %7.3f %7.3f %6.2f" % (statistics.median(ts), min(ts), max(ts),
                                             nbytes / statistics.median(ts) / 1e9)
@@ -133,6 +149,10 @@ def row(case, mode, runs, times, nbytes, raw=None):
     if raw:
         line += " | read() GB/s: dvar's files %.2f, .npy %.2f" % (
             raw[0] / statistics.median(raw[1]) / 1e9, raw[2] / statistics.median(raw[3]) / 1e9)
+    if disk:
+        line += " | disk requests (busy ms): " + ", ".join(
+            "%s %d (%d)" % (name, statistics.median(r for r, _ in d),
+                            statistics.median(b for _, b in d)) for name, d in disk.items())
     print(line)
     return {name: statistics.median(rs) for name, rs in ratios.items()}
 
@@ -147,6 +167,7 @@ def bench(label, runs, sides, check, dvar_files, np_files, nbytes, raw=False):
     names = list(sides)
     for mode in ("cold", "warm"):
         times = {name: [] for name in names}
+        disk = {name: [] for name in names}
         raw_d, raw_n = [], []
         if mode == "warm":
             for fn in sides.values():
@@ -158,7 +179,11 @@ def bench(label, runs, sides, check, dvar_files, np_files, nbytes, raw=False):
             for name in order:
                 if mode == "cold":
                     drop_cache(files)
+                before = disk_counters(files[0]) if mode == "cold" else None
                 t, out = timed(sides[name])
+                after = disk_counters(files[0]) if before else None
+                if after:
+                    disk[name].append((after[0] - before[0], after[1] - before[1]))
                 check(out)
                 del out
                 times[name].append(t)
@@ -167,7 +192,8 @@ def bench(label, runs, sides, check, dvar_files, np_files, nbytes, raw=False):
                     drop_cache(fs)
                     ts.append(timed(lambda: raw_read(fs))[0])
         limits = (sizes[0], raw_d, sizes[1], raw_n) if raw_d else None
-        results[mode] = row(label, mode, runs, times, nbytes, limits)
+        counted = disk if all(len(d) == runs for d in disk.values()) else None
+        results[mode] = row(label, mode, runs, times, nbytes, limits, counted)
     return results
 
 
