@@ -86,6 +86,7 @@ struct dvar_reader {
 	dvar_stash *scratches; /* scratch *, reused across tasks and reads */
 	pthread_mutex_t runs_lock;
 	pthread_mutex_t direct_lock; /* setting up a file's O_DIRECT reads */
+	int buffered_width;    /* threads for reads through the page cache (read_width) */
 	tf_run runs[TF_RUNS];
 	unsigned next_run;     /* the slot a new run takes when all are busy */
 };
@@ -436,6 +437,8 @@ static int open_reader(dvar_reader **out, const char *path, const dvar_read_opti
 		return dvar_error_set(DVAR_ENOMEM, "out of memory");
 	r->opts = opts ? *opts : def;
 	r->owner = pthread_self();
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	r->buffered_width = r->opts.threads > 0 ? 0 : cpus > 0 ? (int)cpus : 1;
 	pthread_mutex_init(&r->runs_lock, NULL);
 	pthread_mutex_init(&r->direct_lock, NULL);
 	if (!(r->scratches = dvar_stash_create())) {
@@ -1470,10 +1473,7 @@ static void progress_start(dvar_reader *r, const read_ctx *ctxs, size_t n)
  */
 static int read_width(const dvar_reader *r, size_t aligned)
 {
-	if (aligned || r->opts.threads > 0)
-		return 0;
-	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-	return cpus > 0 ? (int)cpus : 1;
+	return aligned ? 0 : r->buffered_width;
 }
 
 /* want of v's saved slices into dst (want's own row-major buffer). */

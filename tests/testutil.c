@@ -3,6 +3,7 @@
  */
 #include "testutil.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <ftw.h>
 #include <stdio.h>
@@ -55,6 +56,40 @@ void tu_sleep_ms(int ms)
 
 	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
 		;
+}
+
+static int thread_count(void)
+{
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *e;
+	int n = 0;
+
+	assert_non_null(d);
+	while ((e = readdir(d)))
+		n += e->d_name[0] != '.';
+	closedir(d);
+	return n;
+}
+
+int tu_threads_settled(void)
+{
+	int n = thread_count();
+
+	for (int k = 0; k < 20; k++) {
+		tu_sleep_ms(20);
+		int now = thread_count();
+		if (now == n)
+			break;
+		n = now;
+	}
+	return n;
+}
+
+int tu_threads_reach(int n)
+{
+	for (int k = 0; k < 200 && thread_count() != n; k++)
+		tu_sleep_ms(10);
+	return thread_count() == n;
 }
 
 static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)

@@ -30,6 +30,13 @@ dvar_strategy *tu_strategy(int replicas, int timeout_ms);
 /** Sleep for ms milliseconds (the rest of them after a signal too). */
 void tu_sleep_ms(int ms);
 
+/** Threads of this process now (Linux: /proc/self/task), once the count has
+ *  stopped changing: a thread another test joined may linger there a moment. */
+int tu_threads_settled(void);
+
+/** Whether the process has n threads, waiting up to 2 s for it. */
+int tu_threads_reach(int n);
+
 /** Remove a directory tree (best effort). */
 void tu_rmtree(const char *path);
 

@@ -5,7 +5,6 @@
  * more threads, workers start only when a loop needs them, and concurrent
  * callers serialize.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -251,54 +250,23 @@ static void test_core_pool__width(void **state)
 	dvar_pool_free(pool);
 }
 
-/* Threads of this process (Linux: /proc/self/task). */
-static int thread_count(void)
-{
-	DIR *d = opendir("/proc/self/task");
-	struct dirent *e;
-	int n = 0;
-
-	assert_non_null(d);
-	while ((e = readdir(d)))
-		n += e->d_name[0] != '.';
-	closedir(d);
-	return n;
-}
-
-/* Whether the process has n threads, waiting up to 2 s: a thread another
- * test joined may linger in /proc for a moment after its join returns. */
-static int threads_settle_at(int n)
-{
-	for (int k = 0; k < 200 && thread_count() != n; k++)
-		tu_sleep_ms(10);
-	return thread_count() == n;
-}
-
 static void test_core_pool__workers_start_when_needed(void **state)
 {
 	dvar_pool *pool;
-	int before = thread_count();
+	int before = tu_threads_settled();
 
 	(void)state;
-	/* The threads of the pools freed by the tests before, gone for good. */
-	for (int k = 0; k < 20; k++) {
-		tu_sleep_ms(20);
-		int now = thread_count();
-		if (now == before)
-			break;
-		before = now;
-	}
 	assert_int_equal(dvar_pool_create(&pool, 6), DVAR_OK);
-	assert_true(threads_settle_at(before));
+	assert_true(tu_threads_reach(before));
 	check_sum(pool, 1); /* one task: the caller alone */
-	assert_true(threads_settle_at(before));
+	assert_true(tu_threads_reach(before));
 	struct width_ctx c = { .lock = PTHREAD_MUTEX_INITIALIZER };
 	assert_int_equal(dvar_pool_for_width(pool, 40, 3, width_task, &c), DVAR_OK);
-	assert_true(threads_settle_at(before + 2));
+	assert_true(tu_threads_reach(before + 2));
 	check_sum(pool, 3); /* three tasks need two workers: none more */
-	assert_true(threads_settle_at(before + 2));
+	assert_true(tu_threads_reach(before + 2));
 	check_sum(pool, 1000);
-	assert_true(threads_settle_at(before + 5));
+	assert_true(tu_threads_reach(before + 5));
 	dvar_pool_free(pool);
 }
 

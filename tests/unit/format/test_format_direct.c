@@ -6,6 +6,8 @@
  * row ranges ending at and around chunk and block edges, destinations not
  * aligned like the file, TensorFlow tensors at unaligned offsets, several
  * threads reading through one reader; damage is still found on every path.
+ * A read that can only go through the page cache runs on at most as many
+ * threads as CPUs.
  */
 #include <fcntl.h>
 #include <pthread.h>
@@ -193,6 +195,35 @@ static void test_format_direct__whole(void **state)
 			dvar_reader_free(r);
 			free(base);
 		}
+}
+
+/* Threads a default reader starts for a whole read of "big" (4 chunks, 3 of
+ * them long enough for O_DIRECT): as many as CPUs when the destination is
+ * not aligned like the file, the whole pool (at least 4) when it is. */
+static void test_format_direct__width(void **state)
+{
+	fixture *f = *state;
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	int tasks = 4, pool = cpus > 4 ? (int)cpus : 4;
+	int narrow = (cpus < tasks ? (int)cpus : tasks) - 1, wide = (pool < tasks ? pool : tasks) - 1;
+	size_t n = (size_t)ROWS * ROW_BYTES;
+	void *base;
+	dvar_reader__direct(DVAR_DIRECT_AUTO);
+	for (size_t skew = 16;; skew = 0) {
+		int before = tu_threads_settled(), workers = skew ? narrow : wide;
+		dvar_reader *r = NULL;
+		assert_int_equal(dvar_reader_open(&r, f->ck, NULL), DVAR_OK);
+		assert_true(tu_threads_reach(before));
+		float *dst = buffer(n, skew, &base);
+		assert_int_equal(read_rows(r, "big", 0, ROWS, 0, COLS, dst), DVAR_OK);
+		assert_memory_equal(dst, f->want, n);
+		print_message("width, skew %zu, %ld CPUs: %d workers expected\n", skew, cpus, workers);
+		assert_true(tu_threads_reach(before + workers));
+		dvar_reader_free(r);
+		free(base);
+		if (!skew)
+			break;
+	}
 }
 
 /* Cached pages are read through the cache: only the forced mode goes around it. */
@@ -413,6 +444,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_format_direct__whole),
 		cmocka_unit_test(test_format_direct__cached),
+		cmocka_unit_test(test_format_direct__width),
 		cmocka_unit_test(test_format_direct__edges),
 		cmocka_unit_test(test_format_direct__tf_rows),
 		cmocka_unit_test(test_format_direct__threads),
