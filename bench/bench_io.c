@@ -15,6 +15,7 @@
  * tiny tensors to show what small tensors cost on disk. See bench/README.md.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -184,9 +185,8 @@ static uint64_t partial_slice(const tensor *t, dvar_slice *sl)
 	return (uint64_t)sl->start[0] * (t->bytes / (uint64_t)t->shape.dims[0]);
 }
 
-/* The machine's limits: raw writes and reads of the same bytes, the
- * partial read's range (of tensor part) read raw, and memcpy. */
-static void bench_raw(void *src, void *dst, const tensor *part)
+/* The machine's limits: raw writes and reads of the same bytes, and memcpy. */
+static void bench_raw(void *src, void *dst)
 {
 	char path[4096];
 	double t;
@@ -214,10 +214,6 @@ static void bench_raw(void *src, void *dst, const tensor *part)
 		bench_drop_caches();
 		record(S_RAW_READ_DIRECT, g.size, bench_raw_read(path, dst, g.size, 1));
 	}
-	dvar_slice sl;
-	uint64_t at = part->offset + partial_slice(part, &sl);
-	uint64_t len = (uint64_t)sl.length[0] * (part->bytes / (uint64_t)part->shape.dims[0]);
-	record(S_RAW_RANGE, len, bench_raw_read_range(path, dst, at, len, 4, g.cold));
 	unlink(path);
 
 	t = bench_now();
@@ -324,38 +320,85 @@ static void check_roundtrip(const char *dir, const layout *l, const void *src, v
 		bench_fatal("%s: restored bytes differ from the saved ones", dir);
 }
 
-/* (e) on the first (largest) tensor. */
+/* Where the page of bytes want (4096 of them) lies in path, a multiple of
+ * 4096 from its start; bench_fatal when nowhere. */
+static uint64_t find_page(const char *path, const void *want)
+{
+	static unsigned char buf[BENCH_IO_BLOCK];
+	uint64_t at = 0;
+	ssize_t n;
+	int fd = open(path, O_RDONLY);
+
+	if (fd < 0)
+		bench_fatal("open %s: %s", path, strerror(errno));
+	while ((n = pread(fd, buf, sizeof(buf), (off_t)at)) >= 4096) {
+		for (ssize_t k = 0; k + 4096 <= n; k += 4096)
+			if (!memcmp(buf + k, want, 4096)) {
+				close(fd);
+				return at + (uint64_t)k;
+			}
+		at += (uint64_t)n / 4096 * 4096;
+	}
+	bench_fatal("%s does not hold the rows of (e)", path);
+	return 0;
+}
+
+/* (e), cold: dvar_reader_open and the read, and the same bytes read raw
+ * from where they lie in the checkpoint's data file (the tensor's chunks
+ * lie there in order: it was saved with NONE), open included; the two take
+ * turns to go first. */
 static void bench_partial(const char *dir, const tensor *t, const void *src, void *dst)
 {
 	uint64_t row_bytes = t->bytes / (uint64_t)t->shape.dims[0], got;
+	const unsigned char *want;
+	char data[4200];
 	dvar_slice sl;
 	dvar_reader *r;
 	size_t v;
 	double t0;
 
-	partial_slice(t, &sl);
+	want = (const unsigned char *)src + t->offset + partial_slice(t, &sl);
 	uint64_t need = (uint64_t)sl.length[0] * row_bytes;
+	snprintf(data, sizeof(data), "%s/data-00000-of-00001", dir);
+	uint64_t at = find_page(data, want);
 
-	bench_drop_caches();
-	t0 = bench_now();
-	r = open_reader(dir);
-	double t1 = bench_now();
-	bench_check(dvar_reader_find(r, t->name, &v), "dvar_reader_find");
-	bench_check(dvar_reader_read(r, v, &sl, dst, need), "partial dvar_reader_read");
-	record(S_PARTIAL_READ, need, bench_now() - t1);
-	t0 = bench_now() - t0;
-	got = dvar_reader_bytes_read(r);
-	dvar_reader_free(r);
-	if (memcmp(dst, (const char *)src + t->offset + (uint64_t)sl.start[0] * row_bytes, need))
-		bench_fatal("partial read returned wrong bytes");
-	record(S_PARTIAL, need, t0);
-	if ((double)got / need > g.s[S_PARTIAL].bytes_ratio)
-		g.s[S_PARTIAL].bytes_ratio = (double)got / need;
+	int raw_first = g.s[S_PARTIAL].n % 2 == 0;
+	for (int k = 0; k < 2; k++) {
+		if ((k == 0) == raw_first) {
+			memset(dst, 0, need);
+			record(S_RAW_RANGE, need, bench_raw_read_range(data, dst, at, need, 4, g.cold));
+			if (memcmp(dst, want, need))
+				bench_fatal("%s: the bytes of (e) are not one run at %llu", data,
+				            (unsigned long long)at);
+			continue;
+		}
+		memset(dst, 0, need);
+		bench_drop_caches();
+		t0 = bench_now();
+		r = open_reader(dir);
+		double t1 = bench_now();
+		bench_check(dvar_reader_find(r, t->name, &v), "dvar_reader_find");
+		bench_check(dvar_reader_read(r, v, &sl, dst, need), "partial dvar_reader_read");
+		record(S_PARTIAL_READ, need, bench_now() - t1);
+		t0 = bench_now() - t0;
+		got = dvar_reader_bytes_read(r);
+		dvar_reader_free(r);
+		if (memcmp(dst, want, need))
+			bench_fatal("partial read returned wrong bytes");
+		record(S_PARTIAL, need, t0);
+		if ((double)got / need > g.s[S_PARTIAL].bytes_ratio)
+			g.s[S_PARTIAL].bytes_ratio = (double)got / need;
+	}
 }
 
-/* (d) and (e) on the dense checkpoint. */
-static void bench_reads(const char *dir, const layout *l, const void *src, void *dst)
+/* (d) on the dense checkpoint saved with AUTO, (e) on the one saved with NONE. */
+static void bench_reads(const char *dir, dvar_compress mode, const layout *l, const void *src,
+                        void *dst)
 {
+	if (mode == DVAR_COMPRESS_NONE) {
+		bench_partial(dir, &l->t[0], src, dst);
+		return;
+	}
 	/* Batched first in even runs, one at a time first in odd ones. */
 	int first = g.s[S_RESTORE].n % 2 == 0;
 	for (int k = 0; k < 2; k++) {
@@ -366,19 +409,18 @@ static void bench_reads(const char *dir, const layout *l, const void *src, void 
 		if (memcmp(src, dst, g.size) != 0)
 			bench_fatal("cold restore returned wrong bytes");
 	}
-	bench_partial(dir, &l->t[0], src, dst);
 }
 
 /*
  * Save src once per mode, starting with another mode each run, and delete
  * each checkpoint before the next save: on a disk mounted with `discard` a
  * save right after a big delete runs slower, so every save follows one.
- * read_back, when given, runs on the AUTO checkpoint before it is deleted.
+ * read_back, when given, runs on each checkpoint before it is deleted.
  */
 static void bench_saves(int run, const layout *l, const void *src, void *dst,
                         const dvar_compress *modes, const int *which, int n,
-                        void (*read_back)(const char *dir, const layout *l, const void *src,
-                                          void *dst))
+                        void (*read_back)(const char *dir, dvar_compress mode, const layout *l,
+                                          const void *src, void *dst))
 {
 	char dir[4096];
 
@@ -389,8 +431,8 @@ static void bench_saves(int run, const layout *l, const void *src, void *dst,
 		g.s[which[i]].bytes_ratio = stored_over_raw(dir);
 		if (run == 0)
 			check_roundtrip(dir, l, src, dst);
-		if (read_back && modes[i] == DVAR_COMPRESS_AUTO)
-			read_back(dir, l, src, dst);
+		if (read_back)
+			read_back(dir, modes[i], l, src, dst);
 		bench_remove_tree(dir);
 	}
 }
@@ -443,7 +485,7 @@ static void one_run(int run, const layout *mixed, const layout *table, const lay
 
 	fprintf(stderr, "run %d/%d:", run + 1, g.runs);
 	fill_dense(src, g.size / 4);
-	bench_raw(src, dst, &mixed->t[0]);
+	bench_raw(src, dst);
 	settle(mixed, src);
 	bench_saves(run, mixed, src, dst, auto_none, dense, 2, bench_reads);
 	bench_small(run, small, src, dst);
@@ -537,7 +579,6 @@ static void report(const layout *mixed)
 	snprintf(label, sizeof(label), "raw read, %s", g.cold ? "cold" : "warm");
 	row(label, S_RAW_READ_COLD, -1, "", "");
 	row("raw read, O_DIRECT 4 MiB", S_RAW_READ_DIRECT, -1, "", "");
-	row("raw read of (e)'s rows, best of 2 ways", S_RAW_RANGE, -1, "", "");
 	printf("(a) dense float32, %zu tensors of 4 KiB to %llu MiB, save + fsync\n", mixed->n,
 	       (unsigned long long)(t0->bytes / BENCH_MIB));
 	row("AUTO (default)", S_DENSE_AUTO, S_RAW_WRITE_DIRECT, "O_DIRECT write", "stored/raw");
@@ -553,8 +594,9 @@ static void report(const layout *mixed)
 	printf("(d) restore of (a) AUTO, %s, into reused buffers\n", rd);
 	row("dvar_reader_read_many, all tensors", S_RESTORE, S_RAW_READ_COLD, rdb, "");
 	row("dvar_reader_read, one at a time", S_RESTORE_ONE, S_RAW_READ_COLD, rdb, "");
-	printf("(e) partial read of %s [%lld,1024]: 1/8 of its rows from row %lld, %s\n",
+	printf("(e) partial read of %s [%lld,1024] of (a) NONE: 1/8 of its rows from row %lld, %s\n",
 	       t0->name, (long long)t0->shape.dims[0], (long long)(t0->shape.dims[0] / 2 + 3), rd);
+	row("raw read of the same bytes of the file, open included", S_RAW_RANGE, -1, "", "");
 	row("GB/s of the bytes needed", S_PARTIAL, S_RAW_RANGE, "raw, same bytes", "read/needed");
 	row("the same", S_PARTIAL, S_RAW_READ_COLD, rdb, "");
 	row("the read alone, after dvar_reader_open", S_PARTIAL_READ, S_RAW_RANGE, "raw, same bytes", "");

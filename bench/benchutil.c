@@ -458,9 +458,9 @@ double bench_raw_read_range(const char *path, void *buf, uint64_t off, uint64_t 
 
 	if (cold)
 		bench_drop_caches();
+	t0 = bench_now();
 	if ((fd = open(path, O_RDONLY)) < 0)
 		bench_fatal("open %s: %s", path, strerror(errno));
-	t0 = bench_now();
 	for (uint64_t done = 0; done < len;) {
 		uint64_t n = len - done < BENCH_IO_BLOCK ? len - done : BENCH_IO_BLOCK;
 		ssize_t r = pread(fd, (char *)buf + done, (size_t)n, (off_t)(off + done));
@@ -473,6 +473,7 @@ double bench_raw_read_range(const char *path, void *buf, uint64_t off, uint64_t 
 
 	if (cold)
 		bench_drop_caches();
+	t0 = bench_now();
 	if ((fd = open(path, O_RDONLY | O_DIRECT)) < 0)
 		return buffered; /* tmpfs */
 	range_read rr = { fd, buf, lo, hi - lo, 0 };
@@ -480,7 +481,6 @@ double bench_raw_read_range(const char *path, void *buf, uint64_t off, uint64_t 
 		threads = 1;
 	if (threads > 64)
 		threads = 64;
-	t0 = bench_now();
 	for (int k = 0; k < threads; k++)
 		if (pthread_create(&th[k], NULL, range_reader, &rr))
 			bench_fatal("cannot start a thread");
