@@ -342,14 +342,6 @@ int cli_error_dtype(const char *cmd, const char *name, int dtype);
  */
 int cli_find_var(const char *cmd, const dvar_reader *r, const char *name, size_t *out);
 
-/*
- * String tensor i (n elements) read whole: *lens (n lengths) and *bytes
- * (the elements back to back, *total bytes), both malloc'ed. Returns
- * CLI_EXIT_OK, or an exit code after reporting.
- */
-int cli_read_strings(const char *cmd, dvar_reader *r, size_t i, uint64_t n, uint64_t **lens,
-                     char **bytes, uint64_t *total);
-
 /* n bytes in double quotes, C-escaped: printable ASCII as it is but for \" and
  * \\, then \n \r \t, every other byte \xNN (always two hex digits). */
 void cli_print_cstring(FILE *f, const void *p, uint64_t n);

@@ -496,8 +496,8 @@ static int cat_strings(dvar_reader *r, size_t i, const dvar_var_info *v, const d
 	if (rc != CLI_EXIT_OK)
 		return rc;
 	dvar_shape_num_elements(&v->shape, &all);
-	if ((rc = cli_read_strings("cat", r, i, all, &lens, &bytes, &total)) != CLI_EXIT_OK)
-		return rc;
+	if (dvar_reader_read_strings_alloc(r, i, &lens, &bytes, &total) != DVAR_OK)
+		return cli_error_dvar("cat");
 	/* Where each element starts in bytes. */
 	if (!(at = malloc((size_t)(all ? all : 1) * sizeof(uint64_t)))) {
 		rc = cli_error("cat", "out of memory");
@@ -547,8 +547,8 @@ static int cat_strings(dvar_reader *r, size_t i, const dvar_var_info *v, const d
 		}
 	}
 done:
-	free(lens);
-	free(bytes);
+	dvar_free(lens);
+	dvar_free(bytes);
 	free(at);
 	return rc;
 }

@@ -90,32 +90,6 @@ int cli_find_var(const char *cmd, const dvar_reader *r, const char *name, size_t
 
 /* ---------------------------------------------------------------- strings */
 
-int cli_read_strings(const char *cmd, dvar_reader *r, size_t i, uint64_t n, uint64_t **lens,
-                     char **bytes, uint64_t *total)
-{
-	dvar_var_info v;
-	*bytes = NULL;
-	*total = 0;
-	if (dvar_reader_var(r, i, &v) != DVAR_OK)
-		return cli_error_dvar(cmd);
-	if (n > SIZE_MAX / sizeof(uint64_t) || !(*lens = malloc((size_t)(n ? n : 1) * sizeof(uint64_t))))
-		return cli_error(cmd, "out of memory");
-	/* The stored bytes hold the strings and more: one read, no sizing pass. */
-	if (v.stored_bytes >= SIZE_MAX || !(*bytes = malloc((size_t)v.stored_bytes + 1))) {
-		free(*lens);
-		*lens = NULL;
-		return cli_error(cmd, "out of memory (%llu bytes of strings)",
-		                 (unsigned long long)v.stored_bytes);
-	}
-	if (dvar_reader_read_strings(r, i, *lens, n, *bytes, v.stored_bytes, total) == DVAR_OK)
-		return CLI_EXIT_OK;
-	free(*lens);
-	free(*bytes);
-	*lens = NULL;
-	*bytes = NULL;
-	return cli_error_dvar(cmd);
-}
-
 void cli_print_cstring(FILE *f, const void *data, uint64_t n)
 {
 	const unsigned char *p = data;

@@ -1720,8 +1720,13 @@ int dvar_reader_read_many(dvar_reader *r, const dvar_read_request *reqs, size_t 
 
 /* ---------------------------------------------------------------- strings */
 
-int dvar_reader_read_strings(dvar_reader *r, size_t i, uint64_t *lens, uint64_t n, void *bytes,
-                             size_t cap, uint64_t *total)
+/*
+ * String tensor i read whole into *out (malloc'ed, one byte more than it
+ * needs, the caller's): the lengths of its n elements into lens, and
+ * [*at, *at + *sum) of *out holds their bytes.
+ */
+static int load_strings(dvar_reader *r, size_t i, uint64_t *lens, uint64_t n, unsigned char **out,
+                        size_t *at, uint64_t *sum)
 {
 	int rc = check_var_index(r, i);
 	if (rc)
@@ -1743,31 +1748,78 @@ int dvar_reader_read_strings(dvar_reader *r, size_t i, uint64_t *lens, uint64_t 
 	const dvar_slice_entry *s = &v->slices[0];
 	uint64_t len = s->chunks[0].stored;
 	char why[WHY_MAX];
-	if (len > SIZE_MAX)
+	if (len >= SIZE_MAX)
 		return dvar_error_set(DVAR_ENOMEM, "variable '%s' is too large to read here", v->name);
-	unsigned char *buf = malloc((size_t)(len ? len : 1));
+	unsigned char *buf = malloc((size_t)len + 1);
 	if (!buf)
 		return dvar_error_set(DVAR_ENOMEM, "out of memory (%llu bytes of string tensor '%s')",
 		                      (unsigned long long)len, v->name);
 	/* load_chunk checks every checksum; decoding again cannot fail, but is checked anyway. */
-	size_t at = 0;
+	*at = 0;
 	if ((rc = load_chunk(r, v, s, 0, 0, len, buf, NULL, 0, why)))
 		chunk_error(r, v, s, 0, rc, why);
-	else if ((rc = dvar_tf_strings_decode(buf, (size_t)len, n, lens, &at, v->name)))
+	else if ((rc = dvar_tf_strings_decode(buf, (size_t)len, n, lens, at, v->name)))
 		dvar_error_prefix("variable '%s'", v->name);
-	if (!rc) {
-		uint64_t sum = len - at;
-		if (total)
-			*total = sum;
-		if (bytes && cap < sum)
-			rc = dvar_error_set(DVAR_ESHAPE, "reading variable '%s': the buffer holds %llu bytes, the "
-			                    "strings take %llu", v->name, (unsigned long long)cap,
-			                    (unsigned long long)sum);
-		else if (bytes && sum)
-			memcpy(bytes, buf + at, (size_t)sum);
+	if (rc) {
+		free(buf);
+		return rc;
 	}
+	*out = buf;
+	*sum = len - *at;
+	return DVAR_OK;
+}
+
+int dvar_reader_read_strings(dvar_reader *r, size_t i, uint64_t *lens, uint64_t n, void *bytes,
+                             size_t cap, uint64_t *total)
+{
+	unsigned char *buf;
+	size_t at;
+	uint64_t sum;
+	int rc = load_strings(r, i, lens, n, &buf, &at, &sum);
+	if (rc)
+		return rc;
+	if (total)
+		*total = sum;
+	if (bytes && cap < sum)
+		rc = dvar_error_set(DVAR_ESHAPE, "reading variable '%s': the buffer holds %llu bytes, the "
+		                    "strings take %llu", r->vars[i].name, (unsigned long long)cap,
+		                    (unsigned long long)sum);
+	else if (bytes && sum)
+		memcpy(bytes, buf + at, (size_t)sum);
 	free(buf);
 	return rc;
+}
+
+int dvar_reader_read_strings_alloc(dvar_reader *r, size_t i, uint64_t **lens, char **bytes,
+                                   uint64_t *total)
+{
+	unsigned char *buf;
+	size_t at;
+	uint64_t n, sum;
+	int rc = check_var_index(r, i);
+	if (lens)
+		*lens = NULL;
+	if (bytes)
+		*bytes = NULL;
+	if (rc || !lens || !bytes)
+		return rc ? rc : dvar_error_set(DVAR_EINVAL, "dvar_reader_read_strings_alloc: NULL output");
+	if (dvar_shape_num_elements(&r->vars[i].shape, &n) || n > SIZE_MAX / sizeof(uint64_t))
+		return dvar_error_set(DVAR_ENOMEM, "variable '%s' has too many elements to read here",
+		                      r->vars[i].name);
+	if (!(*lens = malloc((size_t)(n ? n : 1) * sizeof(uint64_t))))
+		return dvar_error_set(DVAR_ENOMEM, "out of memory (%llu string lengths of '%s')",
+		                      (unsigned long long)n, r->vars[i].name);
+	if ((rc = load_strings(r, i, *lens, n, &buf, &at, &sum))) {
+		free(*lens);
+		*lens = NULL;
+		return rc;
+	}
+	memmove(buf, buf + at, (size_t)sum);
+	buf[sum] = 0;
+	*bytes = (char *)buf;
+	if (total)
+		*total = sum;
+	return DVAR_OK;
 }
 
 /* ---------------------------------------------------------------- verify */

@@ -30,23 +30,6 @@ int dvar_error_tf_dtype(const char *name, int dtype)
 	                                     "has no type for: its values cannot be read", name, dtype);
 }
 
-int dvar_read_strings_whole(dvar_reader *r, size_t i, const dvar_var_info *v, uint64_t **lens,
-                            char **bytes)
-{
-	uint64_t n, total;
-
-	*lens = NULL;
-	*bytes = NULL;
-	dvar_shape_num_elements(&v->shape, &n);
-	/* The stored bytes hold the strings and more: one read, no sizing pass. */
-	if (n > SIZE_MAX / sizeof(uint64_t) || v->stored_bytes >= SIZE_MAX ||
-	    !(*lens = malloc((size_t)(n ? n : 1) * sizeof(uint64_t))) ||
-	    !(*bytes = malloc((size_t)v->stored_bytes + 1)))
-		return dvar_error_set(DVAR_ENOMEM, "string tensor '%s': out of memory (%llu bytes)",
-		                      v->name, (unsigned long long)v->stored_bytes);
-	return dvar_reader_read_strings(r, i, *lens, n, *bytes, (size_t)v->stored_bytes, &total);
-}
-
 int dvar_shard_layout(const char *name, const dvar_shape *shape, int64_t want,
                       int64_t **offsets, int64_t *n)
 {

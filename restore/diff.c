@@ -374,9 +374,8 @@ done:
 	return rc;
 }
 
-/* Compare string tensors ia of A and ib of B (va, vb: same shape), element by element. */
-static int compare_strings(differ *d, size_t ia, size_t ib, const dvar_var_info *va,
-                           const dvar_var_info *vb, var_diff *v)
+/* Compare string tensors ia of A and ib of B (of va's shape, both), element by element. */
+static int compare_strings(differ *d, size_t ia, size_t ib, const dvar_var_info *va, var_diff *v)
 {
 	uint64_t n, *la = NULL, *lb = NULL;
 	char *ba = NULL, *bb = NULL;
@@ -384,8 +383,8 @@ static int compare_strings(differ *d, size_t ia, size_t ib, const dvar_var_info 
 
 	dvar_shape_num_elements(&va->shape, &n);
 	if ((rc = dvar_op_check(&d->op, dvar_reader_path(d->s[0].r))) == DVAR_OK &&
-	    (rc = dvar_read_strings_whole(d->s[0].r, ia, va, &la, &ba)) == DVAR_OK &&
-	    (rc = dvar_read_strings_whole(d->s[1].r, ib, vb, &lb, &bb)) == DVAR_OK) {
+	    (rc = dvar_reader_read_strings_alloc(d->s[0].r, ia, &la, &ba, NULL)) == DVAR_OK &&
+	    (rc = dvar_reader_read_strings_alloc(d->s[1].r, ib, &lb, &bb, NULL)) == DVAR_OK) {
 		for (uint64_t k = 0, oa = 0, ob = 0; k < n && rc == DVAR_OK;
 		     oa += la[k], ob += lb[k], k++) {
 			if (la[k] == lb[k] && memcmp(ba + oa, bb + ob, (size_t)la[k]) == 0)
@@ -483,7 +482,7 @@ static int compare_variable(differ *d, size_t ia, size_t ib, var_diff *v)
 	} else {
 		dvar_shape_num_elements(&va.shape, &v->num_elements);
 		if (va.dtype == DVAR_DTYPE_STRING) {
-			rc = compare_strings(d, ia, ib, &va, &vb, v);
+			rc = compare_strings(d, ia, ib, &va, v);
 			dvar_op_advance(&d->op, va.raw_bytes + vb.raw_bytes);
 		} else if (!dvar_dtype_size(va.dtype)) {
 			rc = dvar_error_tf_dtype(va.name, va.dtype);

@@ -705,7 +705,7 @@ static int tf_strings(exporter *e, size_t i, const dvar_var_info *v, const char 
 {
 	uint64_t *lens;
 	char *bytes;
-	int rc = dvar_read_strings_whole(e->r, i, v, &lens, &bytes);
+	int rc = dvar_reader_read_strings_alloc(e->r, i, &lens, &bytes, NULL);
 
 	if (rc == DVAR_OK)
 		rc = dvar_tf_writer_add_strings(w, key, &v->shape, lens, bytes);

@@ -82,12 +82,6 @@ int dvar_copy_region(dvar_copier *c, dvar_reader *r, size_t i, const dvar_var_in
 /* DVAR_ENOTSUPP: variable name has a TensorFlow dtype dvar has no type for. */
 int dvar_error_tf_dtype(const char *name, int dtype);
 
-/* String tensor i of r (described by v), read whole: its v's n elements'
- * lengths into *lens and their bytes into *bytes, both malloc'ed and the
- * caller's to free, also after a failure (NULL where not allocated). */
-int dvar_read_strings_whole(dvar_reader *r, size_t i, const dvar_var_info *v, uint64_t **lens,
-                            char **bytes);
-
 /* 1 when variable i is sharded: saved as more than one slice, or kind=sharded. */
 int dvar_var_is_sharded(const dvar_reader *r, size_t i);
 

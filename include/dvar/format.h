@@ -446,6 +446,16 @@ DVAR_EXTERN(int) dvar_reader_read_many(dvar_reader *r, const dvar_read_request *
 DVAR_EXTERN(int) dvar_reader_read_strings(dvar_reader *r, size_t i, uint64_t *lens, uint64_t n,
                                           void *bytes, size_t cap, uint64_t *total);
 
+/**
+ * dvar_reader_read_strings into buffers allocated here: *lens receives the
+ * byte length of each element (as many as the shape has), *bytes the
+ * elements one after the other (*total bytes, then a 0 byte). Both are the
+ * caller's, freed with dvar_free; both are NULL after a failure.
+ * @param total  NULL when not wanted
+ */
+DVAR_EXTERN(int) dvar_reader_read_strings_alloc(dvar_reader *r, size_t i, uint64_t **lens,
+                                                char **bytes, uint64_t *total);
+
 /* Mapping: zero-copy access to raw data, for serving. docs/FORMAT.md, "Mapping". */
 
 /** dvar_reader_map flags. */

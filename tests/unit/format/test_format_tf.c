@@ -858,6 +858,28 @@ static void test_format_tf__fixture_vars_and_arithmetic(void **state)
 	/* read_strings on a numeric tensor: DVAR_EINVAL */
 	assert_int_equal(dvar_reader_read_strings(r, find_ok(r, "x/.ATTRIBUTES/VARIABLE_VALUE"), lens, 1,
 	                                          NULL, 0, &total), DVAR_EINVAL);
+	/* ... and so is the allocating read, which leaves both outputs NULL. */
+	uint64_t *al = lens;
+	char *ab = buf;
+	assert_int_equal(dvar_reader_read_strings_alloc(r, find_ok(r, "x/.ATTRIBUTES/VARIABLE_VALUE"),
+	                                                &al, &ab, &total), DVAR_EINVAL);
+	assert_null(al);
+	assert_null(ab);
+	assert_int_equal(dvar_reader_read_strings_alloc(r, i, NULL, &ab, &total), DVAR_EINVAL);
+	assert_int_equal(dvar_reader_read_strings_alloc(r, 99999, &al, &ab, &total), DVAR_EINVAL);
+	assert_null(al);
+	/* Read into allocated buffers, the object graph is the bytes read_strings gives. */
+	uint64_t glen;
+	g = read_string(r, "_CHECKPOINTABLE_OBJECT_GRAPH", &glen);
+	if (dvar_reader_read_strings_alloc(r, i, &al, &ab, &total))
+		fail_msg("%s", dvar_error_last()->message);
+	assert_int_equal(total, glen);
+	assert_int_equal(al[0], glen);
+	assert_memory_equal(ab, g, glen);
+	assert_int_equal(ab[glen], 0);
+	dvar_free(al);
+	dvar_free(ab);
+	free(g);
 	verify_ok(r);
 	dvar_reader_free(r);
 	free(p);
@@ -1048,6 +1070,12 @@ static void test_format_tf__corrupt_strings(void **state)
 	assert_int_equal(dvar_reader_read_strings(r, i, lens, 1, NULL, 0, &total), DVAR_ECORRUPT);
 	tu_assert_error_contains("checksum mismatch");
 	tu_assert_error_contains("_CHECKPOINTABLE_OBJECT_GRAPH");
+	uint64_t *al;
+	char *ab;
+	assert_int_equal(dvar_reader_read_strings_alloc(r, i, &al, &ab, &total), DVAR_ECORRUPT);
+	tu_assert_error_contains("checksum mismatch");
+	assert_null(al);
+	assert_null(ab);
 	bad_log log = { 0 };
 	uint64_t bad;
 	assert_int_equal(dvar_reader_verify(r, on_bad, &log, &bad), DVAR_OK);

@@ -525,9 +525,24 @@ static void test_format_tfwriter__string_tensor(void **state)
 	ok(dvar_reader_read_strings(r, vi, rl, 2, buf, sizeof(buf), &total));
 	assert_int_equal(total, 10);
 	assert_memory_equal(buf, "helloworld", 10);
+	/* The same, into buffers the library allocates: a 0 byte after the strings. */
+	uint64_t *al = NULL;
+	char *ab = NULL;
+	ok(dvar_reader_read_strings_alloc(r, vi, &al, &ab, &total));
+	assert_int_equal(total, 10);
+	assert_int_equal(al[0], 5);
+	assert_int_equal(al[1], 5);
+	assert_string_equal(ab, "helloworld");
+	dvar_free(al);
+	dvar_free(ab);
 	ok(dvar_reader_find(r, "blank", &vi));
 	ok(dvar_reader_read_strings(r, vi, rl, 1, buf, sizeof(buf), &total));
 	assert_int_equal(total, 0);
+	ok(dvar_reader_read_strings_alloc(r, vi, &al, &ab, NULL));
+	assert_int_equal(al[0], 0);
+	assert_string_equal(ab, "");
+	dvar_free(al);
+	dvar_free(ab);
 	uint64_t bad = 1;
 	ok(dvar_reader_verify(r, NULL, NULL, &bad));
 	assert_int_equal(bad, 0);
