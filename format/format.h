@@ -275,8 +275,8 @@ int dvar_index_builder_add(dvar_index_builder *b, const void *key, size_t klen,
 /* End the current data block now (no-op when it is empty): TensorFlow's
  * builder does this before an entry of 2 * DVAR_INDEX_BLOCK_SIZE bytes or more. */
 int dvar_index_builder_flush(dvar_index_builder *b);
-/* Finish the table, fsync and close it. */
-int dvar_index_builder_finish(dvar_index_builder *b);
+/* Finish the table, fsync it when sync is set (not DVAR_WRITE_NO_FSYNC), and close it. */
+int dvar_index_builder_finish(dvar_index_builder *b, int sync);
 void dvar_index_builder_free(dvar_index_builder *b);
 
 typedef int (*dvar_index_visit_fn)(void *ud, const void *key, size_t klen,
@@ -317,8 +317,10 @@ int dvar_fs_pwrite_all(int fd, const void *buf, size_t len, uint64_t off, const 
 /* Reads exactly len bytes; a short read is DVAR_ECORRUPT ("truncated"). */
 int dvar_fs_pread_all(int fd, void *buf, size_t len, uint64_t off, const char *what);
 int dvar_fs_read_file(const char *path, char **out, size_t *len, size_t max);
-/* Write dir/name atomically: a temporary name (dvar_tmp_name), fsync, rename, fsync dir. */
-int dvar_fs_write_atomic(const char *dir, const char *name, const void *data, size_t len);
+/* Write dir/name atomically: a temporary name (dvar_tmp_name), fsync, rename, fsync dir;
+ * without sync (DVAR_WRITE_NO_FSYNC), no fsync. */
+int dvar_fs_write_atomic(const char *dir, const char *name, const void *data, size_t len,
+                         int sync);
 /* Rename that fails with DVAR_EEXISTS when to exists (even as an empty directory). */
 int dvar_fs_rename_noreplace(const char *from, const char *to);
 uint64_t dvar_fs_dir_bytes(const char *path);      /* regular files, one level */
@@ -380,7 +382,8 @@ int dvar_pointer_read(dvar_checkpoint_state *out, const char *root);
  */
 #define DVAR_LOCK_NAME ".dvar-lock"
 int dvar_root_lock(const char *root, int *fd);
-int dvar_pointer_write(const char *root, const dvar_checkpoint_state *p);
+/* Replace root's pointer file with p (dvar_fs_write_atomic, sync as there). */
+int dvar_pointer_write(const char *root, const dvar_checkpoint_state *p, int sync);
 
 /* ---------------------------------------------------------------- state.c */
 
@@ -408,8 +411,9 @@ void dvar_names_join(char *buf, size_t cap, char *const *names, size_t n);
  * a root whose latest is missing is DVAR_ENOTFOUND naming the checkpoints it holds. */
 int dvar_resolve_checkpoint(const char *path, char **out);
 
-/* After committing root/name: make it latest, keep the last keep_last (0 = all). */
-int dvar_root_publish(const char *root, const char *name, int keep_last);
+/* After committing root/name: make it latest, keep the last keep_last (0 = all);
+ * sync: the pointer file is fsynced (not DVAR_WRITE_NO_FSYNC). */
+int dvar_root_publish(const char *root, const char *name, int keep_last, int sync);
 
 /* ---------------------------------------------------------------- reader.c */
 

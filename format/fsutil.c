@@ -188,7 +188,8 @@ done:
 	return rc;
 }
 
-int dvar_fs_write_atomic(const char *dir, const char *name, const void *data, size_t len)
+int dvar_fs_write_atomic(const char *dir, const char *name, const void *data, size_t len,
+                         int sync)
 {
 	char *final = dvar_path_join(dir, name), *tmp = NULL;
 	int fd = -1, rc = DVAR_OK;
@@ -205,7 +206,7 @@ int dvar_fs_write_atomic(const char *dir, const char *name, const void *data, si
 	}
 	if ((rc = dvar_fs_pwrite_all(fd, data, len, 0, final)))
 		goto done;
-	if (fsync(fd) != 0) {
+	if (sync && fsync(fd) != 0) {
 		rc = dvar_error_set_errno(DVAR_EIO, errno, "fsync '%s'", final);
 		goto done;
 	}
@@ -216,7 +217,7 @@ int dvar_fs_write_atomic(const char *dir, const char *name, const void *data, si
 		rc = dvar_error_set_errno(DVAR_EIO, errno, "replace '%s'", final);
 		goto done;
 	}
-	rc = dvar_fs_fsync_path(dir);
+	rc = sync ? dvar_fs_fsync_path(dir) : DVAR_OK;
 done:
 	if (fd >= 0)
 		close(fd);

@@ -69,13 +69,13 @@ extern "C" int dvar_index_builder_flush(dvar_index_builder *b)
 	return DVAR_OK;
 }
 
-extern "C" int dvar_index_builder_finish(dvar_index_builder *b)
+extern "C" int dvar_index_builder_finish(dvar_index_builder *b, int sync)
 {
 	leveldb::Status s = b->table->Finish();
 	b->closed = true;
 	if (!s.ok())
 		return index_error(DVAR_EIO, "finish", b->path, s);
-	if (!(s = b->file->Sync()).ok())
+	if (sync && !(s = b->file->Sync()).ok())
 		return index_error(DVAR_EIO, "fsync", b->path, s);
 	if (!(s = b->file->Close()).ok())
 		return index_error(DVAR_EIO, "close", b->path, s);

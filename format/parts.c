@@ -56,7 +56,7 @@ static uint32_t index_version(const dvar_var_entry *vars, size_t num_vars, int d
 	return delta ? DVAR_FORMAT_DELTA : DVAR_FORMAT_FULL;
 }
 
-static int write_index(const char *path, const dvar_var_entry *vars, size_t num_vars,
+static int write_index(const char *path, int sync, const dvar_var_entry *vars, size_t num_vars,
                        uint64_t *file_sizes, uint32_t num_files, const dvar_link *chain,
                        size_t chain_len)
 {
@@ -96,7 +96,7 @@ static int write_index(const char *path, const dvar_var_entry *vars, size_t num_
 	for (size_t i = 0; !rc && i < n; i++)
 		rc = dvar_index_builder_add(b, kvs[i].key.data, kvs[i].key.len, kvs[i].val.data, kvs[i].val.len);
 	if (!rc)
-		rc = dvar_index_builder_finish(b);
+		rc = dvar_index_builder_finish(b, sync);
 done:
 	dvar_index_builder_free(b);
 	for (size_t i = 0; i < n; i++) {
@@ -420,7 +420,7 @@ static int commit_parts(dvar_writer *w, const void *const *blobs, const size_t *
 		rc = dvar_error_set(DVAR_ENOMEM, "out of memory");
 		goto done;
 	}
-	if ((rc = write_index(index, vars, num_vars, sizes, w->nparts, w->chain, w->chain_len)))
+	if ((rc = write_index(index, sync, vars, num_vars, sizes, w->nparts, w->chain, w->chain_len)))
 		goto done;
 	DVAR_FAULT_POINT("index-written");
 	if (sync && (rc = dvar_fs_fsync_path(w->tmp_dir)))
@@ -441,7 +441,7 @@ static int commit_parts(dvar_writer *w, const void *const *blobs, const size_t *
 	rc = sync ? dvar_fs_fsync_path(parent) : DVAR_OK;
 	free(parent);
 	if (!rc && w->root)
-		rc = dvar_root_publish(w->root, w->step_name, w->opts.keep_last);
+		rc = dvar_root_publish(w->root, w->step_name, w->opts.keep_last, sync);
 	/* Published and retained: the next save into the root may start. */
 	if (w->lock_fd >= 0) {
 		close(w->lock_fd);

@@ -50,7 +50,7 @@ int dvar_pointer_read(dvar_checkpoint_state *out, const char *root)
 	return rc;
 }
 
-int dvar_pointer_write(const char *root, const dvar_checkpoint_state *p)
+int dvar_pointer_write(const char *root, const dvar_checkpoint_state *p, int sync)
 {
 	dvar_bytes b = { 0 };
 	int rc = DVAR_OK;
@@ -62,7 +62,7 @@ int dvar_pointer_write(const char *root, const dvar_checkpoint_state *p)
 		rc = dvar_bytes_put(&b, line, strlen(line));
 	}
 	if (!rc)
-		rc = dvar_fs_write_atomic(root, DVAR_POINTER_NAME, b.data, b.len);
+		rc = dvar_fs_write_atomic(root, DVAR_POINTER_NAME, b.data, b.len, sync);
 	free(b.data);
 	return rc;
 }
@@ -357,7 +357,7 @@ int dvar_root_lock(const char *root, int *fd)
 	return rc;
 }
 
-int dvar_root_publish(const char *root, const char *name, int keep_last)
+int dvar_root_publish(const char *root, const char *name, int keep_last, int sync)
 {
 	dvar_checkpoint_state old, next = { 0 };
 	int rc = dvar_pointer_read(&old, root);
@@ -403,7 +403,7 @@ int dvar_root_publish(const char *root, const char *name, int keep_last)
 	next.all = kept;
 	next.num_all = nk;
 	DVAR_FAULT_POINT("before-pointer");
-	rc = dvar_pointer_write(root, &next);
+	rc = dvar_pointer_write(root, &next, sync);
 	DVAR_FAULT_POINT("pointer-written");
 	/* Deltas go before the checkpoints they are written over (published
 	 * after them: newest first), so deleting cut short never leaves one on

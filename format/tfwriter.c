@@ -694,7 +694,7 @@ static int write_index(dvar_tf_writer *w, const char *path)
 		rc = dvar_index_builder_add(b, kvs[i].key, kvs[i].klen, kvs[i].val.data, kvs[i].val.len);
 	}
 	if (!rc)
-		rc = dvar_index_builder_finish(b);
+		rc = dvar_index_builder_finish(b, w->sync);
 done:
 	dvar_index_builder_free(b);
 	for (size_t i = 0; i < n; i++)
@@ -715,7 +715,7 @@ static int commit(dvar_tf_writer *w)
 		return dvar_error_set_errno(DVAR_EIO, errno, "close '%s'", w->data_path);
 	}
 	w->fd = -1;
-	/* The index builder fsyncs and closes its file. */
+	/* The index builder fsyncs (when w->sync) and closes its file. */
 	if ((rc = write_index(w, w->index_tmp)))
 		return rc;
 	DVAR_FAULT_POINT("tf-index-written");

@@ -138,7 +138,7 @@ static int open_with_attrs(const char *dir, const char *name, const void *attrs,
 	assert_int_equal(dvar_index_builder_open(&b, index), DVAR_OK);
 	assert_int_equal(dvar_index_builder_add(b, hk.data, hk.len, hv.data, hv.len), DVAR_OK);
 	assert_int_equal(dvar_index_builder_add(b, vk.data, vk.len, vv.data, vv.len), DVAR_OK);
-	assert_int_equal(dvar_index_builder_finish(b), DVAR_OK);
+	assert_int_equal(dvar_index_builder_finish(b, 0), DVAR_OK);
 	dvar_index_builder_free(b);
 	free(hv.data);
 	free(vk.data);

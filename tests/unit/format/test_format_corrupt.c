@@ -234,7 +234,7 @@ static void write_index(const char *path, size_t n, dvar_bytes *keys, dvar_bytes
 		free(keys[i].data);
 		free(vals[i].data);
 	}
-	assert_int_equal(dvar_index_builder_finish(b), DVAR_OK);
+	assert_int_equal(dvar_index_builder_finish(b, 1), DVAR_OK);
 	dvar_index_builder_free(b);
 }
 

@@ -241,7 +241,7 @@ static void test_format_map__chunks_out_of_order(void **state)
 		free(l.keys[k].data);
 		free(l.vals[k].data);
 	}
-	assert_int_equal(dvar_index_builder_finish(b), DVAR_OK);
+	assert_int_equal(dvar_index_builder_finish(b, 0), DVAR_OK);
 	dvar_index_builder_free(b);
 	/* Swap the two chunks' bytes so that every checksum still holds. */
 	unsigned char a[4096], c[4096];

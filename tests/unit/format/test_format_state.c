@@ -193,7 +193,7 @@ static void test_format_state__users(void **state)
 	/* The pointer file writes what the parser reads back. */
 	char *names[2] = { "ckpt-0", "ckpt-1" };
 	dvar_checkpoint_state out = { names[1], names, 2 };
-	assert_int_equal(dvar_pointer_write(dir, &out), DVAR_OK);
+	assert_int_equal(dvar_pointer_write(dir, &out, 1), DVAR_OK);
 	assert_int_equal(dvar_pointer_read(&s, dir), DVAR_OK);
 	assert_string_equal(s.latest, "ckpt-1");
 	assert_int_equal(s.num_all, 2);

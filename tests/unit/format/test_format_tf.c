@@ -664,7 +664,7 @@ static void build_table(const char *path, const dvar_bytes *keys, const dvar_byt
 	for (size_t i = 0; i < n; i++)
 		if (dvar_index_builder_add(b, keys[i].data, keys[i].len, vals[i].data, vals[i].len))
 			fail_msg("%s", dvar_error_last()->message);
-	assert_int_equal(dvar_index_builder_finish(b), DVAR_OK);
+	assert_int_equal(dvar_index_builder_finish(b, 0), DVAR_OK);
 	dvar_index_builder_free(b);
 }
 
