@@ -57,7 +57,11 @@
  * up to this much: on ext4 an O_DIRECT write past the end of the file
  * (which moves the size) waits for every other write, so the threads'
  * writes would go one at a time (measured here: 2 threads of 4 MiB writes,
- * 0.2-0.4 GB/s into a growing file, 0.4-1.0 into an allocated one). */
+ * 0.2-0.4 GB/s into a growing file, 0.4-1.0 into an allocated one). A
+ * slice is allocated whole before its writes start, since fallocate
+ * itself waits for the writes in flight: a stretch at a time, as chunks
+ * reach it, stalled them ten times over 512 MiB (write phase 0.11-0.12 s,
+ * against 0.09 s allocated at once). */
 #define PREALLOC_MAX (64u << 20)
 
 unsigned dvar__lz4_delay_us;
@@ -552,19 +556,25 @@ static int write_padded(dvar_writer *w, const unsigned char *buf, size_t padded,
 	return dvar_fs_pwrite_all(w->fd, buf, padded, off, w->data_shown);
 }
 
-/* Room for len bytes at the end of the data file: their offset. */
-static uint64_t reserve(dvar_writer *w, uint64_t len)
+/* The data file allocated up to end at least (PREALLOC_MAX). */
+static void prealloc(dvar_writer *w, uint64_t end)
 {
-	uint64_t off = atomic_fetch_add(&w->next_offset, len), end = off + len;
 	uint64_t have = atomic_load(&w->alloc_end);
 	if (end <= have || !atomic_load(&w->direct_ok))
-		return off;
+		return;
 	uint64_t want = end + (end < PREALLOC_MAX ? end : PREALLOC_MAX);
 	/* One thread allocates each stretch. Writes meanwhile are correct, just
 	 * slower; where fallocate is refused, the file grows as it is written. */
 	if (atomic_compare_exchange_strong(&w->alloc_end, &have, want) &&
 	    fallocate(w->fd, 0, (off_t)have, (off_t)(want - have)) != 0)
 		atomic_store(&w->alloc_end, UINT64_MAX);
+}
+
+/* Room for len bytes at the end of the data file: their offset. */
+static uint64_t reserve(dvar_writer *w, uint64_t len)
+{
+	uint64_t off = atomic_fetch_add(&w->next_offset, len);
+	prealloc(w, off + len);
 	return off;
 }
 
@@ -783,6 +793,10 @@ static int write_chunks(dvar_writer *w, dvar_slice_entry *se, size_t first, size
 	add_ctx ctx = { w, se, first, data, stage, w->opts.compress == DVAR_COMPRESS_NONE };
 	if (packed(w, se))
 		return n ? pack_chunks(&ctx, n) : DVAR_OK;
+	uint64_t bytes = 0; /* stored bytes are at most the raw ones */
+	for (size_t i = first; i < first + n; i++)
+		bytes += padded_len(dvar_chunk_raw_len(se, i));
+	prealloc(w, atomic_load(&w->next_offset) + bytes);
 	if (ctx.preassigned)
 		for (size_t i = first; i < first + n; i++)
 			se->chunks[i].offset = reserve(w, padded_len(dvar_chunk_raw_len(se, i)));
