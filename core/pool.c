@@ -124,6 +124,14 @@ static void start_workers(dvar_pool *pool, int want)
 	}
 }
 
+int dvar_pool_io_threads(int threads)
+{
+	if (threads > 0)
+		return threads;
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	return cpus > DVAR_IO_DEPTH ? (int)cpus : DVAR_IO_DEPTH;
+}
+
 int dvar_pool_create(dvar_pool **out, int n)
 {
 	dvar_pool *pool;

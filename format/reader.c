@@ -342,20 +342,6 @@ int dvar_read_options_init(dvar_read_options *opts, unsigned int version)
 static int open_reader(dvar_reader **out, const char *path, const dvar_read_options *opts,
                        dvar_pool *pool, size_t depth);
 
-/* O_DIRECT reads in flight at once by default: one per CPU leaves a disk
- * with a deep queue (virtio, NVMe) idle between them; four 4 MiB reads keep
- * it busy. Reads through the page cache use fewer (read_width). */
-#define READ_DEPTH 4
-
-/* Threads of a reader's pool: as asked, or by default the CPUs, at least READ_DEPTH. */
-static int pool_size(const dvar_read_options *opts)
-{
-	if (opts->threads > 0)
-		return opts->threads;
-	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-	return cpus > READ_DEPTH ? (int)cpus : READ_DEPTH;
-}
-
 /*
  * A delta's chain: its base is the checkpoint the header names, in the same
  * directory, whose index is the one the delta was written over (the CRC),
@@ -453,7 +439,7 @@ static int open_reader(dvar_reader **out, const char *path, const dvar_read_opti
 	if (rc == 1) {
 		r->is_tf = 1;
 		if ((rc = dvar_tf_open_index(r->dir, &r->header, &r->vars, &r->num_vars)) ||
-		    (rc = open_files(r)) || (rc = dvar_pool_create(&r->pool, pool_size(&r->opts))))
+		    (rc = open_files(r)) || (rc = dvar_pool_create(&r->pool, dvar_pool_io_threads(r->opts.threads))))
 			goto fail;
 		*out = r;
 		goto fail;   /* rc is DVAR_OK: only the cleanup */
@@ -485,7 +471,7 @@ static int open_reader(dvar_reader **out, const char *path, const dvar_read_opti
 	if (pool) {
 		r->pool = pool;
 		r->shares_pool = 1;
-	} else if ((rc = dvar_pool_create(&r->pool, pool_size(&r->opts)))) {
+	} else if ((rc = dvar_pool_create(&r->pool, dvar_pool_io_threads(r->opts.threads)))) {
 		goto fail;
 	}
 	if (r->header.chain_len && (rc = open_base(r, depth)))
@@ -1464,7 +1450,7 @@ static void progress_start(dvar_reader *r, const read_ctx *ctxs, size_t n)
 
 /*
  * Threads for a read of tasks, aligned of which may go around the page
- * cache: those need READ_DEPTH reads in flight, which only the whole pool
+ * cache: those need DVAR_IO_DEPTH reads in flight, which only the whole pool
  * gives. Reads through the page cache get their depth from the kernel's
  * readahead, and more of them at once than there are CPUs only split its
  * requests (1 GiB read cold into NumPy on 2 CPUs: about 410 requests with

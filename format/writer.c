@@ -42,7 +42,8 @@
  * runs 2-4x faster; on data it cannot compress it gives up sooner. */
 #define LZ4_ACCELERATION 8
 /* Until this save has timed lz4 chunks of its own, AUTO compresses only
- * when the sample ran at least this fast, summed over the writer's threads:
+ * when the sample ran at least this fast, summed over the threads that can
+ * encode at once (w->coders):
  * slower compression would make the save slower than writing the raw bytes
  * (~1.7 GB/s here). Zero-row data samples at 3-3.5 GB/s on two cores,
  * element-sparse data (lz4 saves ~30% but slowly) at ~0.8. */
@@ -273,8 +274,10 @@ static int open_dir(dvar_writer **out, const char *dir, const dvar_write_options
 	if (!(w->opts.flags & DVAR_WRITE_NO_DIRECT_IO))
 		w->fd_direct = open(w->data_path, O_WRONLY | O_DIRECT | O_CLOEXEC);
 	atomic_store(&w->direct_ok, w->fd_direct >= 0);
-	if ((rc = dvar_pool_create(&w->pool, w->opts.threads)))
+	if ((rc = dvar_pool_create(&w->pool, dvar_pool_io_threads(w->opts.threads))))
 		goto fail;
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	w->coders = cpus > 0 && cpus < dvar_pool_size(w->pool) ? (int)cpus : dvar_pool_size(w->pool);
 	*out = w;
 	return DVAR_OK;
 fail:
@@ -427,10 +430,11 @@ static uint64_t flush_ns(const dvar_writer *w, uint64_t n)
 /*
  * Nanoseconds per raw byte the chunks in account a cost the save's wall
  * time, or -1 under one chunk's worth: the encoding runs on the writer's
- * threads at once, as far as they get a CPU each (their CPU time over
- * their encoding's time on the clock says how far: another process keeping
- * the CPUs busy takes that parallelism away); their writes together take
- * about what one thread sees, divided by the threads; and the flush at the
+ * threads at once, as far as they get a CPU each (w->coders at most, and
+ * their CPU time over their encoding's time on the clock says how far:
+ * another process keeping the CPUs busy takes that parallelism away);
+ * their writes together take about what one thread sees, divided by the
+ * threads (more than the CPUs: DVAR_IO_DEPTH); and the flush at the
  * commit comes after, per stored byte. lz4's encoding and its writes
  * overlap (one thread compresses while another writes), so the slower of
  * the two.
@@ -442,7 +446,7 @@ static double cost_per_byte(const dvar_writer *w, const dvar_cost *a)
 		return -1;
 	double encode = (double)atomic_load(&a->encode_ns);
 	double on_cpu = (double)atomic_load(&a->encode_cpu_ns);
-	double parallel = encode > 0 && on_cpu < encode ? threads * on_cpu / encode : threads;
+	double parallel = encode > 0 && on_cpu < encode ? w->coders * on_cpu / encode : w->coders;
 	if (parallel < 1)
 		parallel = 1;
 	double ratio = (double)atomic_load(&a->stored) / bytes;
@@ -534,7 +538,7 @@ static int lz4_pays(dvar_writer *w, const unsigned char *raw, size_t len, unsign
 			return 0;
 	}
 	if (lz4_cost < 0)
-		return (secs > 0 ? (double)in / secs : 1e30) * dvar_pool_size(w->pool) >=
+		return (secs > 0 ? (double)in / secs : 1e30) * w->coders >=
 		       LZ4_MIN_SAMPLE_BYTES_PER_SEC;
 	if (raw_cost < 0)
 		return 0;

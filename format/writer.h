@@ -34,6 +34,7 @@ struct dvar_writer {
 	int lock_fd;   /* the root's save lock (dvar_root_lock) while this writer holds it, or -1 */
 	dvar_write_options opts;
 	dvar_pool *pool;
+	int coders;    /* pool threads that can encode at once: at most one per CPU */
 	int fd;        /* buffered */
 	int fd_direct; /* O_DIRECT, or -1 */
 	atomic_int direct_ok;

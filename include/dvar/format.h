@@ -50,7 +50,8 @@ typedef struct {
 	uint64_t chunk_size;    /**< raw bytes per chunk; 0 = 4 MiB. A multiple of
 	                             4096 from 4096 to 1 GiB. */
 	dvar_compress compress; /**< default DVAR_COMPRESS_AUTO */
-	int threads;            /**< compression/checksum/write threads; 0 = CPUs */
+	int threads;            /**< compression/checksum/write threads; 0 = CPUs, and at
+	                             least 4 (4 O_DIRECT writes in flight) */
 	uint32_t flags;         /**< DVAR_WRITE_* */
 	int keep_last;          /**< dvar_writer_open_step: keep this many; 0 = all */
 	dvar_progress_fn progress;

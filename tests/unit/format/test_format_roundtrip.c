@@ -266,6 +266,42 @@ static void test_format_roundtrip__partial_read_bytes(void **state)
 	free(path);
 }
 
+/* A default writer keeps DVAR_IO_DEPTH writes in flight, however few the
+ * CPUs: a tensor of 8 chunks starts that many threads, the caller's
+ * included, and reads back equal. */
+static void test_format_roundtrip__writer_threads(void **state)
+{
+	const char *dir = *state;
+	char *path = tu_path(dir, "threads");
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	int pool = cpus > DVAR_IO_DEPTH ? (int)cpus : DVAR_IO_DEPTH;
+	const int64_t dims[2] = { 8 * 16, 1024 }; /* 8 chunks of 64 KiB */
+	dvar_shape shape;
+	dvar_shape_init(&shape, 2, dims);
+	size_t bytes = 8 * 16 * 1024 * 4;
+	unsigned char *full = malloc(bytes);
+	tu_fill_random(full, bytes, 9);
+	dvar_write_options o = DVAR_WRITE_OPTIONS_INIT;
+	o.compress = DVAR_COMPRESS_NONE;
+	o.chunk_size = 64 << 10;
+	o.flags = DVAR_WRITE_NO_FSYNC;
+	int before = tu_threads_settled();
+	dvar_writer *w;
+	assert_int_equal(dvar_writer_open(&w, path, &o), DVAR_OK);
+	assert_int_equal(dvar_writer_add(w, "v", DVAR_FLOAT32, &shape, NULL, full), DVAR_OK);
+	assert_true(tu_threads_reach(before + (pool < 8 ? pool : 8) - 1));
+	assert_int_equal(dvar_writer_commit(w), DVAR_OK);
+	dvar_writer_free(w);
+	dvar_reader *r;
+	assert_int_equal(dvar_reader_open(&r, path, NULL), DVAR_OK);
+	dvar_slice all;
+	dvar_slice_full(&all, &shape);
+	check_read(r, 0, full, &shape, DVAR_FLOAT32, &all);
+	dvar_reader_free(r);
+	free(full);
+	free(path);
+}
+
 static void test_format_roundtrip__bad_arguments(void **state)
 {
 	const char *dir = *state;
@@ -423,6 +459,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_format_roundtrip__sliced_lz4, tu_setup_dir, tu_teardown_dir),
 		cmocka_unit_test_setup_teardown(test_format_roundtrip__sliced_auto_sparse, tu_setup_dir, tu_teardown_dir),
 		cmocka_unit_test_setup_teardown(test_format_roundtrip__partial_read_bytes, tu_setup_dir, tu_teardown_dir),
+		cmocka_unit_test_setup_teardown(test_format_roundtrip__writer_threads, tu_setup_dir, tu_teardown_dir),
 		cmocka_unit_test_setup_teardown(test_format_roundtrip__bad_arguments, tu_setup_dir, tu_teardown_dir),
 		cmocka_unit_test_setup_teardown(test_format_roundtrip__write_error_commits_nothing, tu_setup_dir, tu_teardown_dir),
 		cmocka_unit_test_setup_teardown(test_format_roundtrip__one_chunk_write_error_commits_nothing, tu_setup_dir, tu_teardown_dir),
