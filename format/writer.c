@@ -429,13 +429,17 @@ static uint64_t flush_ns(const dvar_writer *w, uint64_t n)
 
 /*
  * Nanoseconds per raw byte the chunks in account a cost the save's wall
- * time, or -1 under one chunk's worth: the encoding runs on the writer's
- * threads at once, as far as they get a CPU each (w->coders at most, and
- * their CPU time over their encoding's time on the clock says how far:
- * another process keeping the CPUs busy takes that parallelism away);
- * their writes together take about what one thread sees, divided by the
- * threads (more than the CPUs: DVAR_IO_DEPTH); and the flush at the
- * commit comes after, per stored byte. lz4's encoding and its writes
+ * time, or -1 under one chunk's worth. The encoding's CPU time is spread
+ * over the CPUs the threads get at once: their CPU time over their
+ * encoding's time on the clock (r) says how much of a CPU each got, at
+ * most w->coders CPUs in all. It is then divided by the part of that share
+ * other processes left (r over what the threads would get by themselves,
+ * coders / threads when there are more threads than CPUs), so that a busy
+ * machine turns compression off rather than slowing the save. With as many
+ * threads as CPUs that is the encoding's clock time over coders * r.
+ * The threads' writes together take about what one thread sees, divided
+ * by the threads (more than the CPUs: DVAR_IO_DEPTH); and the flush at
+ * the commit comes after, per stored byte. lz4's encoding and its writes
  * overlap (one thread compresses while another writes), so the slower of
  * the two.
  */
@@ -446,11 +450,14 @@ static double cost_per_byte(const dvar_writer *w, const dvar_cost *a)
 		return -1;
 	double encode = (double)atomic_load(&a->encode_ns);
 	double on_cpu = (double)atomic_load(&a->encode_cpu_ns);
-	double parallel = encode > 0 && on_cpu < encode ? w->coders * on_cpu / encode : w->coders;
+	double r = encode > 0 && on_cpu < encode ? on_cpu / encode : 1;
+	double alone = threads > w->coders ? w->coders / threads : 1;
+	double left = r < alone ? r / alone : 1;
+	double parallel = threads * r < w->coders ? threads * r : w->coders;
 	if (parallel < 1)
 		parallel = 1;
 	double ratio = (double)atomic_load(&a->stored) / bytes;
-	double cpu = encode / bytes / parallel;
+	double cpu = (encode > 0 ? on_cpu : 0) / bytes / parallel / left;
 	double write = (double)atomic_load(&a->write_ns) / bytes / threads;
 	return (cpu > write ? cpu : write) + ratio * (double)flush_ns(w, 1000000) / 1e6;
 }
