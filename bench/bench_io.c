@@ -596,7 +596,7 @@ static void report(const layout *mixed)
 	row("dvar_reader_read, one at a time", S_RESTORE_ONE, S_RAW_READ_COLD, rdb, "");
 	printf("(e) partial read of %s [%lld,1024] of (a) NONE: 1/8 of its rows from row %lld, %s\n",
 	       t0->name, (long long)t0->shape.dims[0], (long long)(t0->shape.dims[0] / 2 + 3), rd);
-	row("raw read of the same bytes of the file, open included", S_RAW_RANGE, -1, "", "");
+	row("raw, the same bytes, its open included", S_RAW_RANGE, -1, "", "");
 	row("GB/s of the bytes needed", S_PARTIAL, S_RAW_RANGE, "raw, same bytes", "read/needed");
 	row("the same", S_PARTIAL, S_RAW_READ_COLD, rdb, "");
 	row("the read alone, after dvar_reader_open", S_PARTIAL_READ, S_RAW_RANGE, "raw, same bytes", "");
