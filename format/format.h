@@ -411,6 +411,18 @@ void dvar_names_join(char *buf, size_t cap, char *const *names, size_t n);
  * a root whose latest is missing is DVAR_ENOTFOUND naming the checkpoints it holds. */
 int dvar_resolve_checkpoint(const char *path, char **out);
 
+/* *listed: root's pointer file names checkpoint name (0 when it has no pointer file). */
+int dvar_root_listed(const char *root, const char *name, int *listed);
+
+/*
+ * root/name is about to be saved: a checkpoint there that the pointer file
+ * does not list was left by a save of the same step that failed after its
+ * commit's rename and before the pointer file; it was never published, and
+ * the new save replaces it (deleted here, as retention deletes). A listed
+ * one stays, for the open to refuse. Under the root's save lock only.
+ */
+int dvar_root_drop_unlisted(const char *root, const char *name);
+
 /* After committing root/name: make it latest, keep the last keep_last (0 = all);
  * sync: the pointer file is fsynced (not DVAR_WRITE_NO_FSYNC). */
 int dvar_root_publish(const char *root, const char *name, int keep_last, int sync);

@@ -221,6 +221,36 @@ static int delete_checkpoint(const char *root, const char *name)
 	return rc;
 }
 
+int dvar_root_listed(const char *root, const char *name, int *listed)
+{
+	dvar_checkpoint_state st;
+	int rc = dvar_pointer_read(&st, root);
+	*listed = 0;
+	if (rc == DVAR_ENOTFOUND) {
+		dvar_error_clear();
+		return DVAR_OK;
+	}
+	if (rc)
+		return rc;
+	*listed = strcmp(st.latest, name) == 0;
+	for (size_t i = 0; i < st.num_all && !*listed; i++)
+		*listed = strcmp(st.all[i], name) == 0;
+	dvar_checkpoint_state_clear(&st);
+	return DVAR_OK;
+}
+
+int dvar_root_drop_unlisted(const char *root, const char *name)
+{
+	char *dir = dvar_path_join(root, name);
+	int rc, listed, there = dir && dvar_fs_is_dir(dir);
+	free(dir);
+	if (!there)
+		return DVAR_OK;
+	if ((rc = dvar_root_listed(root, name, &listed)))
+		return rc;
+	return listed ? DVAR_OK : delete_checkpoint(root, name);
+}
+
 /*
  * Mark in keep[0..drop) the checkpoints that a kept one, list[drop..n),
  * needs: every link of its chain. 0 when every kept checkpoint's chain was

@@ -225,9 +225,18 @@ static int open_dir(dvar_writer **out, const char *dir, const dvar_write_options
 		rc = dvar_error_set(DVAR_ENOMEM, "out of memory");
 		goto fail;
 	}
+	/* Under a root, a checkpoint of this step that the pointer file does
+	 * not list is a failed save's, which the chief replaces (it has dropped
+	 * it already: dvar_root_drop_unlisted); the other parts may open before
+	 * it has, and go on. */
 	if (dvar_fs_exists(w->final_dir)) {
-		rc = dvar_error_set(DVAR_EEXISTS, "checkpoint '%s' already exists", w->final_dir);
-		goto fail;
+		int listed = 1;
+		if (root && part != 0 && (rc = dvar_root_listed(root, step_name, &listed)))
+			goto fail;
+		if (listed) {
+			rc = dvar_error_set(DVAR_EEXISTS, "checkpoint '%s' already exists", w->final_dir);
+			goto fail;
+		}
 	}
 	if (token)
 		snprintf(w->token, sizeof(w->token), "%s", token);
@@ -304,6 +313,8 @@ static int open_step(dvar_writer **out, const char *root, int64_t step, const ch
 	 * until it has committed (or is freed, or dies). */
 	if (!rc && part == 0)
 		rc = dvar_root_lock(root, &lock);
+	if (!rc && part == 0)
+		rc = dvar_root_drop_unlisted(root, name);
 	if (!rc)
 		rc = open_dir(out, dir, opts, root, name, token, part, nparts);
 	if (!rc)

@@ -87,7 +87,10 @@ DVAR_EXTERN(int) dvar_writer_open(dvar_writer **out, const char *dir,
  * Start writing step's checkpoint under a checkpoint root: it will be
  * root/ckpt-<step>, and committing it also makes it the root's latest (the
  * `checkpoint` pointer file) and deletes the checkpoints beyond
- * opts->keep_last. The root is created when missing.
+ * opts->keep_last. The root is created when missing. DVAR_EEXISTS when the
+ * pointer file lists ckpt-<step>; one it does not list (left by a save of
+ * that step that failed between its commit's rename and the pointer file)
+ * is deleted, and this save replaces it.
  */
 DVAR_EXTERN(int) dvar_writer_open_step(dvar_writer **out, const char *root, int64_t step,
                                        const dvar_write_options *opts);

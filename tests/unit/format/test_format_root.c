@@ -22,11 +22,13 @@ static float value_at(int64_t step, int i)
 	return (float)step * 1000.0f + (float)(i % 977);
 }
 
-static int save_step(const char *root, int64_t step, int keep)
+/* Step `step` saved into root; with as_dir, the values of step `values`
+ * written straight to root/ckpt-<step>, which the pointer file then does not list. */
+static int write_step(const char *root, int64_t step, int keep, int as_dir, int64_t values)
 {
 	float *v = malloc(N * sizeof(float));
 	for (int i = 0; i < N; i++)
-		v[i] = value_at(step, i);
+		v[i] = value_at(values, i);
 	dvar_write_options o = DVAR_WRITE_OPTIONS_INIT;
 	o.chunk_size = 65536;
 	o.compress = DVAR_COMPRESS_NONE; /* sizes below are exact */
@@ -35,7 +37,11 @@ static int save_step(const char *root, int64_t step, int keep)
 	const int64_t dims[1] = { N };
 	dvar_shape shape;
 	dvar_shape_init(&shape, 1, dims);
-	int rc = dvar_writer_open_step(&w, root, step, &o);
+	char name[32];
+	snprintf(name, sizeof(name), "ckpt-%lld", (long long)step);
+	char *dir = tu_path(root, name);
+	int rc = as_dir ? dvar_writer_open(&w, dir, &o) : dvar_writer_open_step(&w, root, step, &o);
+	free(dir);
 	if (!rc)
 		rc = dvar_writer_add(w, "v", DVAR_FLOAT32, &shape, NULL, v);
 	if (!rc)
@@ -43,6 +49,11 @@ static int save_step(const char *root, int64_t step, int keep)
 	dvar_writer_free(w);
 	free(v);
 	return rc;
+}
+
+static int save_step(const char *root, int64_t step, int keep)
+{
+	return write_step(root, step, keep, 0, step);
 }
 
 /* Open path (a root or a checkpoint) and check every value belongs to step. */
@@ -107,6 +118,42 @@ static void test_format_root__latest_and_retention(void **state)
 	assert_int_equal(save_step(dir, 400, 2), DVAR_EEXISTS);
 	tu_assert_error_contains("ckpt-400' already exists");
 	check_step(dir, 400);
+}
+
+/*
+ * A checkpoint the pointer file does not list is what a save left that
+ * failed after its commit's rename and before the pointer file: a new save
+ * of that step replaces it and is published, where a listed one is refused
+ * (latest_and_retention). Also in a root without a pointer file yet.
+ */
+static void test_format_root__unlisted_step_saved_again(void **state)
+{
+	const char *dir = *state;
+	assert_int_equal(save_step(dir, 100, 0), DVAR_OK);
+	assert_int_equal(write_step(dir, 200, 0, 1, 999), DVAR_OK);
+	char *text = read_pointer(dir);
+	assert_null(strstr(text, "ckpt-200"));
+	free(text);
+	assert_int_equal(save_step(dir, 200, 0), DVAR_OK);
+	check_step(dir, 200);
+	char *ck = tu_path(dir, "ckpt-200");
+	check_step(ck, 200);
+	free(ck);
+	text = read_pointer(dir);
+	assert_string_equal(text, "model_checkpoint_path: \"ckpt-200\"\n"
+	                          "all_model_checkpoint_paths: \"ckpt-100\"\n"
+	                          "all_model_checkpoint_paths: \"ckpt-200\"\n");
+	free(text);
+	char *hidden = tu_path(dir, ".ckpt-200.deleting");
+	assert_false(dvar_fs_exists(hidden));
+	free(hidden);
+
+	char *fresh = tu_path(dir, "fresh");
+	assert_int_equal(dvar_fs_mkdirs(fresh), DVAR_OK);
+	assert_int_equal(write_step(fresh, 5, 0, 1, 999), DVAR_OK);
+	assert_int_equal(save_step(fresh, 5, 0), DVAR_OK);
+	check_step(fresh, 5);
+	free(fresh);
 }
 
 static void test_format_root__bad_pointer(void **state)
@@ -296,6 +343,8 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_format_root__latest_and_retention, tu_setup_dir, tu_teardown_dir),
+		cmocka_unit_test_setup_teardown(test_format_root__unlisted_step_saved_again, tu_setup_dir,
+		                                tu_teardown_dir),
 		cmocka_unit_test_setup_teardown(test_format_root__bad_pointer, tu_setup_dir, tu_teardown_dir),
 		cmocka_unit_test_setup_teardown(test_format_root__crash_during_save, tu_setup_dir, tu_teardown_dir),
 		cmocka_unit_test_setup_teardown(test_format_root__one_save_at_a_time, tu_setup_dir,

@@ -1213,6 +1213,52 @@ static void test_store__bad_arguments(void **state)
 }
 
 /*
+ * A save of step 2 that failed after its commit's rename, before the
+ * pointer file (a crash there, say), left ckpt-2 under the root, unlisted.
+ * Saving step 2 again replaces it on every worker count: the chief drops
+ * it under the root's lock, and the other workers' parts, which may open
+ * before that, do not refuse it. A listed step is still refused.
+ */
+static void test_store__unlisted_step(void **state)
+{
+	int64_t value = 5;
+	dvar_store_tensor x = { .name = "x", .dtype = DVAR_INT64, .data = &value };
+	char *root, latest[64];
+	stu_topo t;
+
+	(void)state;
+	assert_int_equal(stu_topo_open(&t, 1), DVAR_OK);
+	root = stu_shared_dir(t.s);
+	assert_int_equal(save_tensors(t.s, root, 1, &x, 1), DVAR_OK);
+	if (dvar_strategy_worker_id(t.s) == 0) {
+		/* A committed checkpoint of step 2 that the pointer file does not name. */
+		int64_t stale = 99;
+		dvar_shape scalar = { 0, { 0 } };
+		dvar_writer *w;
+		char *dir = tu_path(root, "ckpt-2");
+		assert_int_equal(dvar_writer_open(&w, dir, NULL), DVAR_OK);
+		assert_int_equal(dvar_writer_add(w, "x", DVAR_INT64, &scalar, NULL, &stale), DVAR_OK);
+		assert_int_equal(dvar_writer_commit(w), DVAR_OK);
+		dvar_writer_free(w);
+		free(dir);
+	}
+	stu_sum_over_workers(t.s, 0);
+	value = 7;
+	assert_int_equal(save_tensors(t.s, root, 2, &x, 1), DVAR_OK);
+	stu_latest_of(root, latest, sizeof latest);
+	assert_string_equal(latest, "ckpt-2");
+	value = 0;
+	assert_int_equal(restore_list(t.s, root, NULL, 0, &x, 1), DVAR_OK);
+	assert_int_equal(value, 7);
+	assert_int_equal(stu_count_prefix(root, ".ckpt-2"), 0);
+	/* Published now: the same step again is refused everywhere. */
+	assert_int_equal(save_tensors(t.s, root, 2, &x, 1), DVAR_EEXISTS);
+	tu_assert_error_contains("already exists");
+	stu_drop_shared_dir(t.s, root);
+	dvar_strategy_free(t.s);
+}
+
+/*
  * The last worker cannot write its data file (a file size limit: writes
  * fail with EFBIG, as on a full disk). Every worker gets the error naming
  * it; no checkpoint is committed; the previous one stays the latest; the
@@ -1411,6 +1457,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_store__different_lists),
 		cmocka_unit_test(test_store__restore_errors),
 		cmocka_unit_test(test_store__bad_arguments),
+		cmocka_unit_test(test_store__unlisted_step),
 		cmocka_unit_test(test_store__one_worker_fails),
 	};
 
