@@ -101,6 +101,8 @@ typedef struct dvar_pool dvar_pool;
 /** A pool of n threads, the caller's included (n <= 0: one per online CPU);
  *  the other n-1 start as the loops run need them. */
 int dvar_pool_create(dvar_pool **out, int n);
+void dvar_pool_free(dvar_pool *pool); /* NULL is a no-op */
+int dvar_pool_size(const dvar_pool *pool);
 
 /* O_DIRECT reads or writes a pool keeps in flight at least: one per CPU
  * leaves a disk with a deep queue (virtio, NVMe) idle between them, while
@@ -110,8 +112,6 @@ int dvar_pool_create(dvar_pool **out, int n);
 /** Threads of a pool doing O_DIRECT I/O: as asked (threads > 0), or the
  *  online CPUs and at least DVAR_IO_DEPTH. */
 int dvar_pool_io_threads(int threads);
-void dvar_pool_free(dvar_pool *pool); /* NULL is a no-op */
-int dvar_pool_size(const dvar_pool *pool);
 
 /**
  * Run fn(ctx, i) for i in [0, n) on the pool's threads and the caller's, and

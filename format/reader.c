@@ -439,7 +439,8 @@ static int open_reader(dvar_reader **out, const char *path, const dvar_read_opti
 	if (rc == 1) {
 		r->is_tf = 1;
 		if ((rc = dvar_tf_open_index(r->dir, &r->header, &r->vars, &r->num_vars)) ||
-		    (rc = open_files(r)) || (rc = dvar_pool_create(&r->pool, dvar_pool_io_threads(r->opts.threads))))
+		    (rc = open_files(r)) ||
+		    (rc = dvar_pool_create(&r->pool, dvar_pool_io_threads(r->opts.threads))))
 			goto fail;
 		*out = r;
 		goto fail;   /* rc is DVAR_OK: only the cleanup */
