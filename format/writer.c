@@ -461,14 +461,15 @@ static double cost_per_byte(const dvar_writer *w, const dvar_cost *a)
 		return -1;
 	double encode = (double)atomic_load(&a->encode_ns);
 	double on_cpu = (double)atomic_load(&a->encode_cpu_ns);
-	double r = encode > 0 && on_cpu < encode ? on_cpu / encode : 1;
+	/* Without a CPU clock (on_cpu 0), the encoding's clock time stands for it. */
+	double r = on_cpu > 0 && on_cpu < encode ? on_cpu / encode : 1;
 	double alone = threads > w->coders ? w->coders / threads : 1;
 	double left = r < alone ? r / alone : 1;
 	double parallel = threads * r < w->coders ? threads * r : w->coders;
 	if (parallel < 1)
 		parallel = 1;
 	double ratio = (double)atomic_load(&a->stored) / bytes;
-	double cpu = (encode > 0 ? on_cpu : 0) / bytes / parallel / left;
+	double cpu = (on_cpu > 0 ? on_cpu : encode) / bytes / parallel / left;
 	double write = (double)atomic_load(&a->write_ns) / bytes / threads;
 	return (cpu > write ? cpu : write) + ratio * (double)flush_ns(w, 1000000) / 1e6;
 }
