@@ -98,6 +98,11 @@ void *dvar_grow(void *arr, size_t len, size_t *cap, size_t elem, size_t first);
 
 typedef struct dvar_pool dvar_pool;
 
+/** The online CPUs (at least 1), counted once per process: a sizing hint for
+ *  thread counts, which sysconf would read from /sys on every call (three
+ *  system calls on each reader and writer open). */
+int dvar_cpus(void);
+
 /** A pool of n threads, the caller's included (n <= 0: one per online CPU);
  *  the other n-1 start as the loops run need them. */
 int dvar_pool_create(dvar_pool **out, int n);

@@ -9,6 +9,7 @@
  * the caller. A task must not call dvar_pool_for on its own pool: it would
  * wait for itself.
  */
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -124,22 +125,31 @@ static void start_workers(dvar_pool *pool, int want)
 	}
 }
 
+int dvar_cpus(void)
+{
+	static atomic_int cpus; /* 0: not counted yet; racing first calls count alike */
+	int n = atomic_load(&cpus);
+	if (!n) {
+		long c = sysconf(_SC_NPROCESSORS_ONLN);
+		n = c > 0 && c < INT_MAX ? (int)c : 1;
+		atomic_store(&cpus, n);
+	}
+	return n;
+}
+
 int dvar_pool_io_threads(int threads)
 {
 	if (threads > 0)
 		return threads;
-	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-	return cpus > DVAR_IO_DEPTH ? (int)cpus : DVAR_IO_DEPTH;
+	return dvar_cpus() > DVAR_IO_DEPTH ? dvar_cpus() : DVAR_IO_DEPTH;
 }
 
 int dvar_pool_create(dvar_pool **out, int n)
 {
 	dvar_pool *pool;
 
-	if (n <= 0) {
-		long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-		n = cpus > 0 ? (int)cpus : 1;
-	}
+	if (n <= 0)
+		n = dvar_cpus();
 	pool = calloc(1, sizeof *pool);
 	if (!pool)
 		return dvar_error_set(DVAR_ENOMEM, "thread pool: out of memory");

@@ -423,8 +423,7 @@ static int open_reader(dvar_reader **out, const char *path, const dvar_read_opti
 		return dvar_error_set(DVAR_ENOMEM, "out of memory");
 	r->opts = opts ? *opts : def;
 	r->owner = pthread_self();
-	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-	r->buffered_width = r->opts.threads > 0 ? 0 : cpus > 0 ? (int)cpus : 1;
+	r->buffered_width = r->opts.threads > 0 ? 0 : dvar_cpus();
 	pthread_mutex_init(&r->runs_lock, NULL);
 	pthread_mutex_init(&r->direct_lock, NULL);
 	if (!(r->scratches = dvar_stash_create())) {

@@ -285,8 +285,7 @@ static int open_dir(dvar_writer **out, const char *dir, const dvar_write_options
 	atomic_store(&w->direct_ok, w->fd_direct >= 0);
 	if ((rc = dvar_pool_create(&w->pool, dvar_pool_io_threads(w->opts.threads))))
 		goto fail;
-	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-	w->coders = cpus > 0 && cpus < dvar_pool_size(w->pool) ? (int)cpus : dvar_pool_size(w->pool);
+	w->coders = dvar_cpus() < dvar_pool_size(w->pool) ? dvar_cpus() : dvar_pool_size(w->pool);
 	*out = w;
 	return DVAR_OK;
 fail:

@@ -6,7 +6,6 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "restore/restore.h"
 
@@ -55,6 +54,5 @@ int dvar_op_threads(int threads)
 {
 	if (threads > 0)
 		return threads;
-	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-	return cpus < 1 ? 1 : cpus > DVAR_OP_THREADS ? DVAR_OP_THREADS : (int)cpus;
+	return dvar_cpus() > DVAR_OP_THREADS ? DVAR_OP_THREADS : dvar_cpus();
 }

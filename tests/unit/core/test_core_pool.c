@@ -69,6 +69,9 @@ static void test_core_pool__create_sizes(void **state)
 	assert_int_equal(dvar_pool_size(pool), 1);
 	dvar_pool_free(pool);
 	dvar_pool_free(NULL);
+	/* The CPUs counted once are sysconf's, and the same on every call. */
+	assert_int_equal(dvar_cpus(), cpus > 0 ? cpus : 1);
+	assert_int_equal(dvar_cpus(), cpus > 0 ? cpus : 1);
 	/* An I/O pool: as asked, else the CPUs but never fewer than DVAR_IO_DEPTH. */
 	assert_int_equal(dvar_pool_io_threads(3), 3);
 	assert_int_equal(dvar_pool_io_threads(1), 1);
