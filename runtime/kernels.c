@@ -38,6 +38,11 @@
 
 #define OP_ADD(a, b) ((a) + (b))
 #define OP_SUB(a, b) ((a) - (b))
+/* Floats: the NaN of a NaN result is narrow.h's, whatever the hardware. */
+#define OP_FADD32(a, b) f32_nan_rule((a), (b), (a) + (b))
+#define OP_FSUB32(a, b) f32_nan_rule((a), (b), (a) - (b))
+#define OP_FADD64(a, b) f64_nan_rule((a), (b), (a) + (b))
+#define OP_FSUB64(a, b) f64_nan_rule((a), (b), (a) - (b))
 #define OP_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define OP_MAX(a, b) ((a) > (b) ? (a) : (b))
 /* A NaN operand wins: a when a is NaN, else b when b is (a < b is false). */
@@ -50,47 +55,63 @@
 #define BF16_ROUND(x) bf16_to_f32(f32_to_bf16(x))
 
 /*
+ * One block of a reduce: acc[0..m) = the n sources' elements [off, off + m)
+ * combined with OP, the accumulator rounded after each step; nan set when
+ * the last step left a NaN (integers never do).
+ */
+#define REDUCE_BLOCK(T, A, LOAD, OP, ROUND) \
+	do { \
+		const unsigned char *s0 = (const unsigned char *)srcs[0] + off * sizeof(T); \
+		if (n == 1) { \
+			for (size_t i = 0; i < m; i++) { \
+				T x; \
+				memcpy(&x, s0 + i * sizeof x, sizeof x); \
+				acc[i] = LOAD(x); \
+			} \
+		} else { \
+			const unsigned char *s1 = (const unsigned char *)srcs[1] + off * sizeof(T); \
+			for (size_t i = 0; i < m; i++) { \
+				T x, y; \
+				memcpy(&x, s0 + i * sizeof x, sizeof x); \
+				memcpy(&y, s1 + i * sizeof y, sizeof y); \
+				A r = OP(LOAD(x), LOAD(y)); \
+				acc[i] = ROUND(r); \
+				nan |= acc[i] != acc[i]; \
+			} \
+		} \
+		for (int k = 2; k < n; k++) { \
+			const unsigned char *sk = (const unsigned char *)srcs[k] + off * sizeof(T); \
+			nan = 0; \
+			for (size_t i = 0; i < m; i++) { \
+				T x; \
+				memcpy(&x, sk + i * sizeof x, sizeof x); \
+				A r = OP(acc[i], LOAD(x)); \
+				acc[i] = ROUND(r); \
+				nan |= acc[i] != acc[i]; \
+			} \
+		} \
+	} while (0)
+
+/*
  * One reduce kernel: T is the element type in memory, A the accumulator's,
  * LOAD widens an element, OP combines, ROUND narrows the accumulator after
  * each step (only where the op can leave the narrow type), STORE narrows to
- * memory.
+ * memory. A block that ends with a NaN (a NaN stays one through every later
+ * step) is computed again with RULE, OP with narrow.h's NaN: the rule costs
+ * more than the data's trip through memory, and NaNs are rare. Integers
+ * never see one. dst may be a source: a block is stored only at its end.
  */
-#define DEFINE_REDUCE(name, T, A, LOAD, OP, ROUND, STORE) \
+#define DEFINE_REDUCE(name, T, A, LOAD, OP, RULE, ROUND, STORE) \
 	static void name(void *dst, const void *const *srcs, int n, size_t count) \
 	{ \
 		A acc[BLOCK]; \
 		unsigned char *d = dst; \
 		for (size_t off = 0; off < count; off += BLOCK) { \
 			size_t m = count - off < BLOCK ? count - off : BLOCK; \
-			const unsigned char *s0 = \
-			        (const unsigned char *)srcs[0] + off * sizeof(T); \
-			if (n == 1) { \
-				for (size_t i = 0; i < m; i++) { \
-					T x; \
-					memcpy(&x, s0 + i * sizeof x, sizeof x); \
-					acc[i] = LOAD(x); \
-				} \
-			} else { \
-				const unsigned char *s1 = \
-				        (const unsigned char *)srcs[1] + off * sizeof(T); \
-				for (size_t i = 0; i < m; i++) { \
-					T x, y; \
-					memcpy(&x, s0 + i * sizeof x, sizeof x); \
-					memcpy(&y, s1 + i * sizeof y, sizeof y); \
-					A r = OP(LOAD(x), LOAD(y)); \
-					acc[i] = ROUND(r); \
-				} \
-			} \
-			for (int k = 2; k < n; k++) { \
-				const unsigned char *sk = \
-				        (const unsigned char *)srcs[k] + off * sizeof(T); \
-				for (size_t i = 0; i < m; i++) { \
-					T x; \
-					memcpy(&x, sk + i * sizeof x, sizeof x); \
-					A r = OP(acc[i], LOAD(x)); \
-					acc[i] = ROUND(r); \
-				} \
-			} \
+			int nan = 0; \
+			REDUCE_BLOCK(T, A, LOAD, OP, ROUND); \
+			if (nan) \
+				REDUCE_BLOCK(T, A, LOAD, RULE, ROUND); \
 			for (size_t i = 0; i < m; i++) { \
 				T y = STORE(acc[i]); \
 				memcpy(d + (off + i) * sizeof y, &y, sizeof y); \
@@ -100,33 +121,33 @@
 
 /* Integers: ADD and SUB as unsigned of the width (shared by signed types). */
 #define DEFINE_INT(bits) \
-	DEFINE_REDUCE(add_u##bits, uint##bits##_t, uint##bits##_t, ID, OP_ADD, ID, ID) \
-	DEFINE_REDUCE(sub_u##bits, uint##bits##_t, uint##bits##_t, ID, OP_SUB, ID, ID) \
-	DEFINE_REDUCE(min_u##bits, uint##bits##_t, uint##bits##_t, ID, OP_MIN, ID, ID) \
-	DEFINE_REDUCE(max_u##bits, uint##bits##_t, uint##bits##_t, ID, OP_MAX, ID, ID) \
-	DEFINE_REDUCE(min_i##bits, int##bits##_t, int##bits##_t, ID, OP_MIN, ID, ID) \
-	DEFINE_REDUCE(max_i##bits, int##bits##_t, int##bits##_t, ID, OP_MAX, ID, ID)
+	DEFINE_REDUCE(add_u##bits, uint##bits##_t, uint##bits##_t, ID, OP_ADD, OP_ADD, ID, ID) \
+	DEFINE_REDUCE(sub_u##bits, uint##bits##_t, uint##bits##_t, ID, OP_SUB, OP_SUB, ID, ID) \
+	DEFINE_REDUCE(min_u##bits, uint##bits##_t, uint##bits##_t, ID, OP_MIN, OP_MIN, ID, ID) \
+	DEFINE_REDUCE(max_u##bits, uint##bits##_t, uint##bits##_t, ID, OP_MAX, OP_MAX, ID, ID) \
+	DEFINE_REDUCE(min_i##bits, int##bits##_t, int##bits##_t, ID, OP_MIN, OP_MIN, ID, ID) \
+	DEFINE_REDUCE(max_i##bits, int##bits##_t, int##bits##_t, ID, OP_MAX, OP_MAX, ID, ID)
 
 DEFINE_INT(8)
 DEFINE_INT(16)
 DEFINE_INT(32)
 DEFINE_INT(64)
 
-#define DEFINE_FLOAT(name, T) \
-	DEFINE_REDUCE(add_##name, T, T, ID, OP_ADD, ID, ID) \
-	DEFINE_REDUCE(sub_##name, T, T, ID, OP_SUB, ID, ID) \
-	DEFINE_REDUCE(min_##name, T, T, ID, OP_FMIN, ID, ID) \
-	DEFINE_REDUCE(max_##name, T, T, ID, OP_FMAX, ID, ID)
+#define DEFINE_FLOAT(name, T, bits) \
+	DEFINE_REDUCE(add_##name, T, T, ID, OP_ADD, OP_FADD##bits, ID, ID) \
+	DEFINE_REDUCE(sub_##name, T, T, ID, OP_SUB, OP_FSUB##bits, ID, ID) \
+	DEFINE_REDUCE(min_##name, T, T, ID, OP_FMIN, OP_FMIN, ID, ID) \
+	DEFINE_REDUCE(max_##name, T, T, ID, OP_FMAX, OP_FMAX, ID, ID)
 
-DEFINE_FLOAT(f32, float)
-DEFINE_FLOAT(f64, double)
+DEFINE_FLOAT(f32, float, 32)
+DEFINE_FLOAT(f64, double, 64)
 
 /* MIN and MAX pick an operand, which is already in the narrow type. */
 #define DEFINE_NARROW(name, WIDEN, NARROW, ROUND) \
-	DEFINE_REDUCE(add_##name, uint16_t, float, WIDEN, OP_ADD, ROUND, NARROW) \
-	DEFINE_REDUCE(sub_##name, uint16_t, float, WIDEN, OP_SUB, ROUND, NARROW) \
-	DEFINE_REDUCE(min_##name, uint16_t, float, WIDEN, OP_FMIN, ID, NARROW) \
-	DEFINE_REDUCE(max_##name, uint16_t, float, WIDEN, OP_FMAX, ID, NARROW)
+	DEFINE_REDUCE(add_##name, uint16_t, float, WIDEN, OP_ADD, OP_FADD32, ROUND, NARROW) \
+	DEFINE_REDUCE(sub_##name, uint16_t, float, WIDEN, OP_SUB, OP_FSUB32, ROUND, NARROW) \
+	DEFINE_REDUCE(min_##name, uint16_t, float, WIDEN, OP_FMIN, OP_FMIN, ID, NARROW) \
+	DEFINE_REDUCE(max_##name, uint16_t, float, WIDEN, OP_FMAX, OP_FMAX, ID, NARROW)
 
 DEFINE_NARROW(f16, f16_to_f32, f32_to_f16, F16_ROUND)
 DEFINE_NARROW(bf16, bf16_to_f32, f32_to_bf16, BF16_ROUND)
@@ -221,12 +242,12 @@ void dvar_kernel_apply(int dtype, dvar_kernel_op op, void *dst, const void *src,
 		} \
 	} while (0)
 
-#define DIVIDE_FLOAT(T, WIDEN, NARROW, D) \
+#define DIVIDE_FLOAT(T, WIDEN, NARROW, D, RULE) \
 	do { \
 		for (size_t i = 0; i < count; i++) { \
 			T x; \
 			memcpy(&x, p + i * sizeof x, sizeof x); \
-			x = NARROW(WIDEN(x) / (D)); \
+			x = NARROW(RULE(WIDEN(x), (D), WIDEN(x) / (D))); \
 			memcpy(p + i * sizeof x, &x, sizeof x); \
 		} \
 	} while (0)
@@ -248,22 +269,22 @@ void dvar_kernel_divide(int dtype, void *buf, size_t count, int64_t divisor)
 	case DVAR_INT64: DIVIDE_INT(int64_t, int64_t); break;
 	case DVAR_FLOAT16: {
 		const float d = (float)divisor;
-		DIVIDE_FLOAT(uint16_t, f16_to_f32, f32_to_f16, d);
+		DIVIDE_FLOAT(uint16_t, f16_to_f32, f32_to_f16, d, f32_nan_rule);
 		break;
 	}
 	case DVAR_BFLOAT16: {
 		const float d = (float)divisor;
-		DIVIDE_FLOAT(uint16_t, bf16_to_f32, f32_to_bf16, d);
+		DIVIDE_FLOAT(uint16_t, bf16_to_f32, f32_to_bf16, d, f32_nan_rule);
 		break;
 	}
 	case DVAR_FLOAT32: {
 		const float d = (float)divisor;
-		DIVIDE_FLOAT(float, ID, ID, d);
+		DIVIDE_FLOAT(float, ID, ID, d, f32_nan_rule);
 		break;
 	}
 	case DVAR_FLOAT64: {
 		const double d = (double)divisor;
-		DIVIDE_FLOAT(double, ID, ID, d);
+		DIVIDE_FLOAT(double, ID, ID, d, f64_nan_rule);
 		break;
 	}
 	default: break;

@@ -2,8 +2,9 @@
  * runtime/narrow.h - the bit-level arithmetic the host kernels (kernels.c,
  * variable.c) and the device kernels (cuda/kernels.cu) share, so that both
  * give the same bits: float16 and bfloat16 to and from float32 (round to
- * nearest, ties to even; NaN payloads kept, quieted) and a replica count
- * rounded to a float type's precision. Static inline; under nvcc they are
+ * nearest, ties to even; NaN payloads kept, quieted), the NaN an addition,
+ * subtraction or division gives, and a replica count rounded to a float
+ * type's precision. Static inline; under nvcc they are
  * __host__ __device__ as well. Private to runtime/.
  */
 #ifndef DVAR_RUNTIME_NARROW_H
@@ -45,6 +46,64 @@ DVAR_NARROW_FN uint32_t select32(uint32_t mask, uint32_t a, uint32_t b)
 DVAR_NARROW_FN uint32_t mask32(int cond)
 {
 	return 0u - (uint32_t)cond;
+}
+
+DVAR_NARROW_FN uint64_t f64_bits(double d)
+{
+	uint64_t u;
+
+	memcpy(&u, &d, sizeof u);
+	return u;
+}
+
+DVAR_NARROW_FN double f64_from_bits(uint64_t u)
+{
+	double d;
+
+	memcpy(&d, &u, sizeof d);
+	return d;
+}
+
+DVAR_NARROW_FN uint64_t select64(uint64_t mask, uint64_t a, uint64_t b)
+{
+	return (a & mask) | (b & ~mask);
+}
+
+DVAR_NARROW_FN uint64_t mask64(int cond)
+{
+	return 0u - (uint64_t)cond;
+}
+
+/*
+ * r = a op b (+, -, /) with dvar's NaN: r when r is a number; otherwise
+ * the left NaN operand, else the right one, quieted; a NaN made from
+ * numbers (inf - inf, 0 / 0) is the negative "default NaN". This is what
+ * x86-64 SSE returns for one NaN operand, written out so that the answer
+ * does not depend on the hardware (a GPU returns one canonical NaN, ARM a
+ * positive default) or on the order in which a compiler put the operands
+ * of a commutative addition (gcc's vector loop and its tail differ).
+ * Branch-free, so that loops over it vectorize.
+ */
+DVAR_NARROW_FN float f32_nan_rule(float a, float b, float r)
+{
+	uint32_t ua = f32_bits(a), ub = f32_bits(b), ur = f32_bits(r);
+	uint32_t pick = select32(mask32((ua & 0x7fffffffu) > 0x7f800000u), ua | 0x00400000u,
+	                         select32(mask32((ub & 0x7fffffffu) > 0x7f800000u),
+	                                  ub | 0x00400000u, 0xffc00000u));
+
+	return f32_from_bits(select32(mask32((ur & 0x7fffffffu) > 0x7f800000u), pick, ur));
+}
+
+DVAR_NARROW_FN double f64_nan_rule(double a, double b, double r)
+{
+	const uint64_t abs = 0x7fffffffffffffffull, inf = 0x7ff0000000000000ull;
+	const uint64_t quiet = 0x0008000000000000ull;
+	uint64_t ua = f64_bits(a), ub = f64_bits(b), ur = f64_bits(r);
+	uint64_t pick = select64(mask64((ua & abs) > inf), ua | quiet,
+	                         select64(mask64((ub & abs) > inf), ub | quiet,
+	                                  0xfff8000000000000ull));
+
+	return f64_from_bits(select64(mask64((ur & abs) > inf), pick, ur));
 }
 
 /*

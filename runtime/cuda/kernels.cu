@@ -10,12 +10,8 @@
  * GPU, the code decides itself, with integer bit manipulation:
  *  - float16 / bfloat16 conversions are kernels.c's, not cuda_fp16's;
  *  - NaN results: a GPU's float arithmetic returns one canonical NaN
- *    (0x7fffffff), the host's (x86-64 SSE, where kernels.c runs) returns
- *    the NaN operand quieted, or a negative "default NaN" for inf - inf.
- *    The device code returns what the host does (nan_* below). Where both
- *    operands of an addition are NaN, kernels.c's choice depends on how gcc
- *    ordered the operands (it differs between its vector loop and its
- *    tail); this file always keeps the left operand, the running result.
+ *    (0x7fffffff); both sides return narrow.h's instead (the left NaN
+ *    operand quieted, else the right one, else a negative default NaN).
  *
  * Launch shape: grid-stride loops, THREADS threads per block, at most
  * MAX_BLOCKS blocks, size_t indices (counts above 2^32 are fine). Pointers
@@ -52,81 +48,34 @@ enum {
 	FEW_SOURCES = 64
 };
 
-/* ---------------------------------------------------------------- bits */
-
-HD uint64_t f64_bits(double d)
-{
-	uint64_t u;
-
-	memcpy(&u, &d, sizeof u);
-	return u;
-}
-
-HD double f64_from_bits(uint64_t u)
-{
-	double d;
-
-	memcpy(&d, &u, sizeof d);
-	return d;
-}
-
-/* f32_bits, select32, mask32 and the float16 / bfloat16 conversions:
- * runtime/narrow.h, kernels.c's own, so the two agree bit for bit. */
-
 /* ---------------------------------------------------------------- the host's NaN rules */
 
-HD float nan_quiet(float x)
+/* f32_bits, select32, mask32, the float16 / bfloat16 conversions and the
+ * NaN of a NaN result (f32_nan_rule, f64_nan_rule): runtime/narrow.h,
+ * kernels.c's own, so the two agree bit for bit. */
+HD float nan_rule(float a, float b, float r)
 {
-	return f32_from_bits(f32_bits(x) | 0x00400000u);
+	return f32_nan_rule(a, b, r);
 }
 
-HD double nan_quiet(double x)
+HD double nan_rule(double a, double b, double r)
 {
-	return f64_from_bits(f64_bits(x) | 0x0008000000000000ull);
+	return f64_nan_rule(a, b, r);
 }
 
-/* x86's default NaN ("real indefinite"): sign set, quiet, empty payload. */
-HD float nan_default(float)
-{
-	return f32_from_bits(0xffc00000u);
-}
-
-HD double nan_default(double)
-{
-	return f64_from_bits(0xfff8000000000000ull);
-}
-
-/* a + b, a - b, a / b with SSE's NaN result: the left NaN operand, else the
- * right one, quieted; a NaN from numbers (inf - inf, 0 / 0) is the default
- * NaN. Numbers compute as IEEE round-to-nearest on both sides. */
 template <typename F> HD F nan_add(F a, F b)
 {
-	if (a != a)
-		return nan_quiet(a);
-	if (b != b)
-		return nan_quiet(b);
-	F r = a + b;
-	return r != r ? nan_default(r) : r;
+	return nan_rule(a, b, a + b);
 }
 
 template <typename F> HD F nan_sub(F a, F b)
 {
-	if (a != a)
-		return nan_quiet(a);
-	if (b != b)
-		return nan_quiet(b);
-	F r = a - b;
-	return r != r ? nan_default(r) : r;
+	return nan_rule(a, b, a - b);
 }
 
 template <typename F> HD F nan_div(F a, F b)
 {
-	if (a != a)
-		return nan_quiet(a);
-	if (b != b)
-		return nan_quiet(b);
-	F r = a / b;
-	return r != r ? nan_default(r) : r;
+	return nan_rule(a, b, a / b);
 }
 
 /* kernels.c's OP_FMIN / OP_FMAX: a NaN operand wins (a when a is NaN, else

@@ -658,6 +658,83 @@ static void test_runtime_kernels__apply(void **state)
 	assert_true(g[0] == 0.5f && isnan(g[1]) && g[2] == 4.0f);
 }
 
+/* ---------------------------------------------------------------- the NaN of a NaN result */
+
+/* One float dtype's bits: two NaN operands (signalling, with payloads), the
+ * first quieted, the second quieted, the default NaN, +inf, -inf and 1. */
+typedef struct {
+	int dtype;
+	uint64_t nan1, nan2, quiet1, quiet2, dflt, inf, ninf, one;
+} nan_bits;
+
+static const nan_bits nan_cases[] = {
+	{ DVAR_FLOAT16, 0x7c23, 0xfd56, 0x7e23, 0xff56, 0xfe00, 0x7c00, 0xfc00, 0x3c00 },
+	{ DVAR_BFLOAT16, 0x7f81, 0xffa3, 0x7fc1, 0xffe3, 0xffc0, 0x7f80, 0xff80, 0x3f80 },
+	{ DVAR_FLOAT32, 0x7f800123, 0xffa00456, 0x7fc00123, 0xffe00456, 0xffc00000, 0x7f800000,
+	  0xff800000, 0x3f800000 },
+	{ DVAR_FLOAT64, 0x7ff0000000000123ull, 0xfff4000000000456ull, 0x7ff8000000000123ull,
+	  0xfffc000000000456ull, 0xfff8000000000000ull, 0x7ff0000000000000ull,
+	  0xfff0000000000000ull, 0x3ff0000000000000ull },
+};
+
+/* Reduce n sources, each element i of source k set to bits[k], over a count
+ * that takes gcc's vector loop and its tail; every element must be want. */
+static void check_nan_rule(int dtype, dvar_kernel_op op, const uint64_t *bits, int n,
+                           uint64_t want)
+{
+	enum { COUNT = 1024 + 37 };
+	size_t size = dvar_dtype_size(dtype);
+	unsigned char *src[3], *dst = malloc(COUNT * size);
+	const void *srcs[3];
+
+	assert_non_null(dst);
+	for (int k = 0; k < n; k++) {
+		src[k] = malloc(COUNT * size);
+		assert_non_null(src[k]);
+		for (size_t i = 0; i < COUNT; i++)
+			elem_put_bits(dtype, src[k], i, bits[k]);
+		srcs[k] = src[k];
+	}
+	dvar_kernel_reduce(dtype, op, dst, srcs, n, COUNT);
+	for (size_t i = 0; i < COUNT; i++)
+		if (elem_get_bits(dtype, dst, i) != want)
+			fail_msg("%s %s of %d sources: element %zu is %#llx, not %#llx",
+			         dvar_dtype_name(dtype), op == DVAR_KOP_ADD ? "ADD" : "SUB", n, i,
+			         (unsigned long long)elem_get_bits(dtype, dst, i),
+			         (unsigned long long)want);
+	for (int k = 0; k < n; k++)
+		free(src[k]);
+	free(dst);
+}
+
+/*
+ * runtime/narrow.h's rule, the one the GPU kernels follow too: the left
+ * NaN operand quieted, else the right one, else the negative default NaN
+ * for a NaN made from numbers, the same in the vector loop and the tail
+ * (gcc swapped the operands of a commutative addition in one of them).
+ */
+static void test_runtime_kernels__nan_rule(void **state)
+{
+	(void)state;
+	for (size_t c = 0; c < sizeof nan_cases / sizeof nan_cases[0]; c++) {
+		const nan_bits *b = &nan_cases[c];
+		int dt = b->dtype;
+
+		for (int sub = 0; sub < 2; sub++) {
+			dvar_kernel_op op = sub ? DVAR_KOP_SUB : DVAR_KOP_ADD;
+			uint64_t inf_inf[3] = { b->inf, sub ? b->inf : b->ninf, b->nan2 };
+
+			check_nan_rule(dt, op, (uint64_t[]){ b->nan1, b->nan2 }, 2, b->quiet1);
+			check_nan_rule(dt, op, (uint64_t[]){ b->one, b->nan2 }, 2, b->quiet2);
+			check_nan_rule(dt, op, (uint64_t[]){ b->nan1, b->one }, 2, b->quiet1);
+			check_nan_rule(dt, op, inf_inf, 2, b->dflt);
+			/* A running result that became NaN by itself meets a NaN:
+			 * the running result, the left operand, wins. */
+			check_nan_rule(dt, op, inf_inf, 3, b->dflt);
+		}
+	}
+}
+
 /* ---------------------------------------------------------------- divide */
 
 static void test_runtime_kernels__divide_integers(void **state)
@@ -854,6 +931,7 @@ int main(void)
 		cmocka_unit_test(test_runtime_kernels__same_source_repeated),
 		cmocka_unit_test(test_runtime_kernels__unaligned),
 		cmocka_unit_test(test_runtime_kernels__apply),
+		cmocka_unit_test(test_runtime_kernels__nan_rule),
 		cmocka_unit_test(test_runtime_kernels__divide_integers),
 		cmocka_unit_test(test_runtime_kernels__divide_floats),
 		cmocka_unit_test(test_runtime_kernels__check),
