@@ -53,8 +53,10 @@ if [ "$(id -u)" -eq 0 ]; then
 fi
 
 section "build (Release, in ${DVAR_BUILD_DIR:-build}/)"
+# With the CUDA Toolkit the replicas can live on a GPU (the resume below).
 if [ ! -f "$build/CMakeCache.txt" ]; then
-	cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
+	mapfile -t cuda < <(bash scripts/cuda-flags.sh)
+	cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release "${cuda[@]}" >/dev/null
 fi
 cmake --build "$build" -j2 --target dvar_cli dvar_train dvar_serve >/dev/null
 dvar=$build/cli/dvar
@@ -95,12 +97,14 @@ show "$dvar" ls "$work/ckpt"
 # Kept for the replay check below.
 cp -r ckpt replay
 
-section "resume on another topology: 1 worker x 3 replicas, 6 shards, to step 300"
+section "resume on another topology: 1 worker x 3 replicas (on the GPU when there is one), 6 shards, to step 300"
 show -o resumed.out "$train" --ckpt "$work/ckpt" --resume --replicas 3 --shards 6 --steps 300 \
-	--save-every 50 --json --predict queries.txt "${progress[@]}"
+	--save-every 50 --device auto --json --predict queries.txt "${progress[@]}"
 grep '^{' resumed.out >resumed.json
 grep '^ids=' resumed.out >trained-predictions.txt
-report resumed.json 'step {step}: loss {run_loss:.4f}, accuracy {run_accuracy:.3f} over steps {start_step}-{step}'
+where=CPU
+[ "$(report resumed.json '{device}')" = cuda ] && where=GPU
+report resumed.json "step {step}: loss {run_loss:.4f}, accuracy {run_accuracy:.3f} over steps {start_step}-{step}, replicas on the $where"
 
 section "crash and resume: a worker dies at step 230; resuming ends bit for bit where an uninterrupted run does"
 rc=0
@@ -142,7 +146,7 @@ echo "the $(wc -l <served-predictions.txt) predictions equal the trained model's
 section "summary"
 cat <<EOF
 Trained the click model to step 200 on 2 workers x 2 replicas (4 shards),
-resumed it to step 300 on 1 worker x 3 replicas (6 shards), and checked
+resumed it to step 300 on 1 worker x 3 replicas (6 shards, on the $where), and checked
 that a job whose worker was killed at step 230, resumed on its own
 topology from a delta checkpoint, ends bit for bit where an uninterrupted
 run does. Between full checkpoints the saves wrote deltas: only the

@@ -13,6 +13,12 @@
  * the rows' owners (a scatter-sub). Every sum has a fixed order, so a run
  * is reproducible bit for bit on a given topology, and stopping and
  * resuming changes nothing.
+ *
+ * With --device cuda the replicas keep their copies of the dense layer and
+ * the metrics on GPUs: the gradients are all-reduced there (dvar's fixed
+ * order, so a GPU run and a CPU run of the same order give the same bytes)
+ * and applied there; the table and the input stay in host memory, as dvar
+ * keeps every sharded variable. The model's arithmetic runs on the host.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -34,6 +40,7 @@ typedef struct {
 	const char *predict;
 	int64_t steps, save_every, batch, vocab, dim, examples, log_every, kill_at;
 	int replicas, shards, keep, resume, json, progress, full_every;
+	int device; /* DVAR_DEVICE_*, or -1: CUDA when a GPU is there */
 	uint64_t seed;
 } options;
 
@@ -55,6 +62,7 @@ typedef struct {
 	dvar_input_iterator *it;
 	dvar_sharded_variable *emb;
 	dvar_variable *vars[5]; /* kernel, bias, loss, examples, correct: the manager's list */
+	dvar_values *grads;     /* each replica's dense gradient, where its variables live */
 	dvar_manager *m;
 	/* What each committed save wrote (dvar_save_last), for the summary. */
 	dvar_save_info *saves;
@@ -134,6 +142,10 @@ static void usage(FILE *f)
 	        "  --resume          continue from DIR's latest checkpoint (variables and\n"
 	        "                    input position); a fresh start when DIR has none\n"
 	        "  --replicas R      replicas per worker (default 1)\n"
+	        "  --device D        where the replicas keep the dense layer and the\n"
+	        "                    metrics: cpu (default), cuda (the GPUs, replica i on\n"
+	        "                    GPU i mod their number), or auto (cuda when a GPU\n"
+	        "                    is there)\n"
 	        "  --shards S        shards of the embedding table (default 4)\n"
 	        "  --batch B         global batch size (default 256)\n"
 	        "  --seed S          seed of the data and the initial values (default 1)\n"
@@ -209,7 +221,18 @@ static void parse_options(options *o, int argc, char **argv)
 			o->keep = (int)int_arg(a, v, 0, 1 << 20);
 		else if (!strcmp(a, "--full-every"))
 			o->full_every = (int)int_arg(a, v, 1, 1 << 20);
-		else if (!strcmp(a, "--replicas"))
+		else if (!strcmp(a, "--device")) {
+			if (v && !strcmp(v, "cpu"))
+				o->device = DVAR_DEVICE_CPU;
+			else if (v && !strcmp(v, "cuda"))
+				o->device = DVAR_DEVICE_CUDA;
+			else if (v && !strcmp(v, "auto"))
+				o->device = -1;
+			else if (v) {
+				fprintf(stderr, "dvar-train: --device: '%s' is not cpu, cuda or auto\n", v);
+				exit(2);
+			}
+		} else if (!strcmp(a, "--replicas"))
 			o->replicas = (int)int_arg(a, v, 1, 256);
 		else if (!strcmp(a, "--shards"))
 			o->shards = (int)int_arg(a, v, 1, 1 << 16);
@@ -385,6 +408,8 @@ static int replica_step(dvar_replica *ctx, void *arg)
 	replica_scratch *sc = &j->scratch[local];
 	int64_t dim = j->o.dim, nk = dim + MODEL_FEATURES;
 	float bias, inv = 1.0f / (float)j->global_rows;
+	const void *step; /* the replica's gradient where its variables live */
+	dvar_shape shape;
 	int rc;
 
 	if ((rc = dvar_variable_read(j->vars[V_KERNEL], ctx, sc->kernel,
@@ -414,14 +439,20 @@ static int replica_step(dvar_replica *ctx, void *arg)
 		sc->loss_nanos += llround(model_loss(z, y) * 1e9);
 		sc->correct += (z > 0) == (y > 0.5f);
 	}
-	/* Every replica gets the same summed gradient and applies the same delta. */
-	if ((rc = dvar_replica_all_reduce(ctx, DVAR_REDUCE_SUM, DVAR_FLOAT32, sc->grad, sc->grad,
-	                                  (size_t)nk + 1)) != DVAR_OK)
-		return rc;
+	/* Every replica gets the same summed step and applies it to its own
+	 * copy. The step is summed where the copies live: the gradient goes
+	 * there first (the learning rate, a power of two, scales exactly, so
+	 * scaling before the sum changes no bit). */
 	for (int64_t c = 0; c <= nk; c++)
 		sc->grad[c] *= MODEL_LR_DENSE;
-	if ((rc = dvar_variable_assign_sub(j->vars[V_KERNEL], ctx, sc->grad)) != DVAR_OK ||
-	    (rc = dvar_variable_assign_sub(j->vars[V_BIAS], ctx, &sc->grad[nk])) != DVAR_OK ||
+	if ((rc = dvar_shape_init(&shape, 1, (int64_t[]){ nk + 1 })) != DVAR_OK ||
+	    (rc = dvar_values_set(j->grads, local, &shape, sc->grad)) != DVAR_OK ||
+	    (rc = dvar_values_get(j->grads, local, NULL, &step)) != DVAR_OK ||
+	    (rc = dvar_replica_all_reduce(ctx, DVAR_REDUCE_SUM, DVAR_FLOAT32, step, (void *)step,
+	                                  (size_t)nk + 1)) != DVAR_OK)
+		return rc;
+	if ((rc = dvar_variable_assign_sub(j->vars[V_KERNEL], ctx, step)) != DVAR_OK ||
+	    (rc = dvar_variable_assign_sub(j->vars[V_BIAS], ctx, (const float *)step + nk)) != DVAR_OK ||
 	    (rc = dvar_variable_assign_add(j->vars[V_LOSS], ctx, &sc->loss_nanos)) != DVAR_OK ||
 	    (rc = dvar_variable_assign_add(j->vars[V_EXAMPLES], ctx, &sc->examples)) != DVAR_OK)
 		return rc;
@@ -606,6 +637,21 @@ static void check_fresh_root(const options *o)
 	dvar_root_list_free(l);
 }
 
+static const char *device_name(int device)
+{
+	return device == DVAR_DEVICE_CUDA ? "cuda" : "cpu";
+}
+
+/* The strategy's device: --device auto takes the GPUs when there are any. */
+static int choose_device(int device)
+{
+	int n;
+
+	if (device >= 0)
+		return device;
+	return dvar_cuda_device_count(&n) == DVAR_OK ? DVAR_DEVICE_CUDA : DVAR_DEVICE_CPU;
+}
+
 int main(int argc, char **argv)
 {
 	job j = { 0 };
@@ -618,6 +664,7 @@ int main(int argc, char **argv)
 
 	parse_options(&j.o, argc, argv);
 	so.replicas = j.o.replicas;
+	so.device = choose_device(j.o.device);
 	check(dvar_strategy_create(&j.s, &so), "creating the strategy");
 	j.R = dvar_strategy_local_replicas(j.s);
 	j.W = dvar_strategy_num_workers(j.s);
@@ -636,6 +683,7 @@ int main(int argc, char **argv)
 		j.scratch[r].pooled = xcalloc((size_t)j.o.dim, sizeof(float));
 	}
 	create_model(&j);
+	check(dvar_values_new(&j.grads, j.s, DVAR_FLOAT32), "the gradients");
 	create_dataset(&j);
 	open_input(&j);
 	open_manager(&j);
@@ -706,11 +754,11 @@ int main(int argc, char **argv)
 		int64_t trained = fin.examples - first.examples;
 		if (j.o.json) {
 			printf("{\"step\":%" PRId64 ",\"start_step\":%" PRId64 ",\"workers\":%d,"
-			       "\"replicas\":%d,\"shards\":%d,\"examples\":%" PRId64 ","
+			       "\"replicas\":%d,\"device\":\"%s\",\"shards\":%d,\"examples\":%" PRId64 ","
 			       "\"loss\":%.9g,\"accuracy\":%.9g,\"run_examples\":%" PRId64 ","
 			       "\"run_loss\":%.9g,\"run_accuracy\":%.9g,\"seconds\":%.3f,"
 			       "\"checkpoint\":\"%s/ckpt-%" PRId64 "\",\"checksums\":{",
-			       j.step, start, j.W, j.R, j.o.shards, fin.examples,
+			       j.step, start, j.W, j.R, device_name(so.device), j.o.shards, fin.examples,
 			       mean_loss((metrics){ 0 }, fin), accuracy((metrics){ 0 }, fin), trained,
 			       mean_loss(first, fin), accuracy(first, fin), secs, j.o.ckpt, j.step);
 			for (int v = 0; v < 6; v++)
@@ -733,9 +781,10 @@ int main(int argc, char **argv)
 		} else {
 			printf("step %" PRId64 ": loss %.4f, accuracy %.3f over %" PRId64
 			       " examples since step 0; this run: %" PRId64 " steps in %.1f s "
-			       "on %d worker(s) x %d replica(s); latest checkpoint %s/ckpt-%" PRId64 "\n",
+			       "on %d worker(s) x %d replica(s) (%s); latest checkpoint %s/ckpt-%" PRId64 "\n",
 			       j.step, mean_loss((metrics){ 0 }, fin), accuracy((metrics){ 0 }, fin),
-			       fin.examples, j.step - start, secs, j.W, j.R, j.o.ckpt, j.step);
+			       fin.examples, j.step - start, secs, j.W, j.R, device_name(so.device),
+			       j.o.ckpt, j.step);
 		}
 	}
 
@@ -744,6 +793,7 @@ int main(int argc, char **argv)
 	dvar_dataset_free(j.ds);
 	for (int v = 0; v < 5; v++)
 		dvar_variable_free(j.vars[v]);
+	dvar_values_free(j.grads);
 	dvar_sharded_variable_free(j.emb);
 	for (int r = 0; r < j.R; r++)
 		free(j.scratch[r].kernel), free(j.scratch[r].grad), free(j.scratch[r].pooled);

@@ -25,13 +25,7 @@ fi
 # them off, or ctest would pass with nothing to run.
 # The GPU backend builds wherever the CUDA Toolkit is (its tests skip,
 # saying why, on a machine without a GPU); the sanitized build leaves it out.
-cuda=(-DDVAR_WITH_CUDA=OFF -DDVAR_WITH_NCCL=OFF)
-if [ -x /usr/local/cuda/bin/nvcc ]; then
-	cuda=(-DDVAR_WITH_CUDA=ON -DCUDAToolkit_ROOT=/usr/local/cuda -DDVAR_WITH_NCCL=OFF)
-	if [ -f /usr/local/cuda/include/nccl.h ]; then
-		cuda[2]=-DDVAR_WITH_NCCL=ON
-	fi
-fi
+mapfile -t cuda < <(bash scripts/cuda-flags.sh)
 
 echo "== Release build (build/)"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DDVAR_BUILD_TESTS=ON -DDVAR_BUILD_CLI=ON "${cuda[@]}"

@@ -144,6 +144,49 @@ class Topology(TrainCase):
         self.assertNotEqual(end["checksums"]["embedding"], saved["checksums"]["embedding"])
 
 
+class Device(TrainCase):
+    """--device cuda: the dense layer and the metrics on the GPU (three
+    replicas sharing GPU 0 add in the CPU's order), so a GPU run, a CPU run
+    and every resume from one onto the other end on the same bytes."""
+
+    def setUp(self):
+        super().setUp()
+        # --device auto takes the GPU when dvar sees one; 0 steps train nothing.
+        probe, _, _ = self.train("probe", "--steps", 0, "--device", "auto")
+        if probe["device"] != "cuda":
+            self.skipTest("no CUDA device (or a build without CUDA): "
+                          "dvar-train --device auto chose the CPU")
+
+    def test_gpu_equals_cpu_and_resumes_across(self):
+        topo = ["--replicas", "3"]
+        cpu, _, _ = self.train("cpu", "--steps", 60, "--device", "cpu", *topo)
+        gpu, _, _ = self.train("gpu", "--steps", 60, "--device", "cuda", *topo)
+        self.assertEqual(gpu["device"], "cuda")
+        self.assertEqual(cpu["device"], "cpu")
+        self.assertEqual(gpu["checksums"], cpu["checksums"])
+        self.assertEqual(gpu["loss"], cpu["loss"])
+        self.dvar("diff", self.path("cpu"), self.path("gpu"))
+        # Saved on the GPU, resumed on the CPU, and the other way round.
+        for first, then in (("cuda", "cpu"), ("cpu", "cuda")):
+            ckpt = "from-" + first
+            self.train(ckpt, "--steps", 30, "--device", first, *topo)
+            resumed, _, _ = self.train(ckpt, "--steps", 60, "--resume", "--device", then, *topo)
+            self.assertEqual(resumed["start_step"], 30)
+            self.assertEqual(resumed["checksums"], cpu["checksums"], ckpt)
+            self.assertEqual(resumed["loss"], cpu["loss"], ckpt)
+
+    def test_gpu_onto_other_replicas(self):
+        # One replica on the GPU, resumed as two: the metrics split exactly.
+        gpu, _, _ = self.train("g", "--steps", 20, "--device", "cuda")
+        resumed, _, _ = self.train("g", "--steps", 30, "--resume", "--device", "cuda",
+                                   "--replicas", "2")
+        cpu, _, _ = self.train("c", "--steps", 20, "--device", "cpu")
+        cpu2, _, _ = self.train("c", "--steps", 30, "--resume", "--device", "cpu",
+                                "--replicas", "2")
+        self.assertEqual(gpu["checksums"], cpu["checksums"])
+        self.assertEqual(resumed["checksums"], cpu2["checksums"])
+
+
 class Checkpoint(TrainCase):
     def test_contents(self):
         summary, _, _ = self.train("c", "--steps", 25, "--replicas", 2, "--shards", 3, workers=2)
@@ -245,6 +288,8 @@ class Errors(TrainCase):
         self.assertIn("--vocab", err)
         _, err = self.run_cmd([TRAIN, "--ckpt"], code=2)
         self.assertIn("--ckpt needs a value", err)
+        _, err = self.run_cmd([TRAIN, "--ckpt", "x", "--device", "tpu"], code=2)
+        self.assertIn("--device: 'tpu' is not cpu, cuda or auto", err)
         out, _ = self.run_cmd([TRAIN, "--help"])
         self.assertIn("--save-every K", out)
 
