@@ -1004,7 +1004,8 @@ int main(int argc, char **argv)
 		if (g.rank == 0) {
 			snapshot_part();
 #if DVAR_WITH_MPI
-			bench_mpi_release();
+			if (g.mpi)
+				bench_mpi_release();
 #endif
 		} else {
 #if DVAR_WITH_MPI
