@@ -28,6 +28,10 @@
  * copied at all), else in one of two strategy-owned slots. The order of
  * every addition is fixed by the topology, so results are the same bytes on
  * every replica, worker and run.
+ *
+ * Device buffers (a CUDA strategy) move on the GPUs (cuda/coll.c), or,
+ * where NCCL cannot connect them (dvar_cuda_via_host), through page-locked
+ * host staging and the host collective above.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -526,15 +530,63 @@ static int buffer_kind(dvar_strategy *s, const void *p, int *where, const char *
 	return DVAR_OK;
 }
 
-/* Set a->sig.where from the buffers' kind (host when no data moves) and,
- * on a CUDA strategy, wait for the replica's stream: the caller's work on
- * it writes what the collective reads, host buffers included (a copy to
- * pinned memory, a kernel writing mapped memory). */
+/* ---------------------------------------------------------------- through the host */
+
+/*
+ * Where a strategy's GPUs have no NCCL between them (dvar_cuda_via_host), a
+ * collective over device buffers is a host collective over each replica's
+ * page-locked staging. The sources are copied in before the replica
+ * arrives, so a failure refuses the call everywhere, as a bad argument
+ * does; the results are copied out after the data phase, where a failure
+ * breaks the strategy, as one in a data phase on the GPUs does. The order
+ * of additions is the host's, a CPU strategy's.
+ */
+static int via_host(const dvar_strategy *s)
+{
+#if DVAR_WITH_CUDA
+	return s->cuda && dvar_cuda_via_host(s->cuda);
+#else
+	(void)s;
+	return 0;
+#endif
+}
+
+/* r's staging, at least bytes; NULL with the error set. */
+static char *stage_alloc(dvar_replica *r, size_t bytes, const char *what)
+{
+	char *h = NULL;
+
+#if DVAR_WITH_CUDA
+	h = dvar_cuda_host_stage(r->s->cuda, r->local, bytes ? bytes : 1);
+#endif
+	if (!h)
+		dvar_error_prefix("%s: staging %zu bytes in host memory", what, bytes);
+	return h;
+}
+
+static int stage_out(dvar_replica *r, void *dst, const void *host, size_t bytes)
+{
+	int rc = dvar_mem_copy(r->s, r->local, dst, host, bytes);
+
+	if (rc != DVAR_OK) {
+		pthread_mutex_lock(&r->s->lock);
+		dvar_engine_break_locked(r->s, dvar_error_last()->message);
+		pthread_mutex_unlock(&r->s->lock);
+	}
+	return rc;
+}
+
+/* Set a->sig.where from the buffers' kind (host when no data moves; 2 when
+ * device buffers go through the host, a->staged) and, on a CUDA strategy,
+ * wait for the replica's stream: the caller's work on it writes what the
+ * collective reads, host buffers included (a copy to pinned memory, a
+ * kernel writing mapped memory). */
 static int settle_where(dvar_replica *r, dvar_coll_args *a, int where, int moves)
 {
-	a->sig.where = where > 0 && moves;
+	a->staged = where > 0 && moves && via_host(r->s);
+	a->sig.where = where > 0 && moves ? (a->staged ? 2 : 1) : 0;
 #if DVAR_WITH_CUDA
-	if (a->sig.where)
+	if (a->sig.where == 1)
 		return dvar_cuda_coll_prepare(r, a);
 	if (r->s->cuda && moves)
 		return dvar_cuda_status(cudaStreamSynchronize(dvar_cuda_stream(r->s->cuda, r->local)),
@@ -553,7 +605,7 @@ static int finish(dvar_replica *r, const dvar_coll_args *a)
 	int rc = DVAR_OK;
 
 	barrier(s);
-	if (s->W == 1 && !a->sig.where)
+	if (s->W == 1 && a->sig.where != 1)
 		return DVAR_OK;
 	pthread_mutex_lock(&s->lock);
 	if (s->dp_code != DVAR_OK) {
@@ -783,12 +835,33 @@ static void serve_all_reduce(dvar_strategy *s, const dvar_coll_sig *sig, const c
 	}
 }
 
+/* a's sources copied into r's staging, a's buffers pointed there (in
+ * place); *hp (the caller frees it) holds the new pointers. */
+static int stage_all_reduce(dvar_replica *r, dvar_coll_args *a, size_t es, void ***hp)
+{
+	char *h = stage_alloc(r, (size_t)a->sig.count * es, "all_reduce");
+	int rc = DVAR_OK;
+
+	if (!h)
+		return dvar_error_last()->code;
+	if (!(*hp = malloc((a->n ? a->n : 1) * sizeof **hp)))
+		return dvar_error_set(DVAR_ENOMEM, "all_reduce: out of memory for %zu buffers", a->n);
+	for (size_t i = 0; i < a->n && rc == DVAR_OK; i++) {
+		(*hp)[i] = h + a->offsets[i] * es;
+		rc = dvar_mem_copy(r->s, r->local, (*hp)[i], a->src[i], a->counts[i] * es);
+	}
+	a->src = (const void *const *)*hp;
+	a->dst = *hp;
+	return rc;
+}
+
 int dvar_replica_all_reduce_n(dvar_replica *ctx, dvar_reduce_op op, int dtype, size_t n,
                               const void *const *src, void *const *dst, const size_t *counts)
 {
 	dvar_coll_args a;
 	uint64_t stack_off[9];
 	uint64_t *off = stack_off;
+	void **staged = NULL; /* a.dst when staged */
 	uint64_t total = 0;
 	size_t es;
 	int rc;
@@ -840,6 +913,8 @@ int dvar_replica_all_reduce_n(dvar_replica *ctx, dvar_reduce_op op, int dtype, s
 				rc = buffer_kind(ctx->s, dst[i], &where, "all_reduce");
 		if (rc == DVAR_OK)
 			rc = settle_where(ctx, &a, where, total > 0);
+		if (rc == DVAR_OK && a.staged)
+			rc = stage_all_reduce(ctx, &a, es, &staged);
 	}
 	if (rc == DVAR_OK)
 		a.sig.counts_hash = n > 1 ? hash_counts(counts, n) : 0;
@@ -849,7 +924,7 @@ int dvar_replica_all_reduce_n(dvar_replica *ctx, dvar_reduce_op op, int dtype, s
 	rc = enter(ctx, &a);
 	if (rc == DVAR_OK) {
 #if DVAR_WITH_CUDA
-		if (a.sig.where)
+		if (a.sig.where == 1)
 			dvar_cuda_coll_all_reduce(ctx, &a);
 		else
 #endif
@@ -858,7 +933,10 @@ int dvar_replica_all_reduce_n(dvar_replica *ctx, dvar_reduce_op op, int dtype, s
 		else
 			all_reduce_pipelined(ctx, &a);
 		rc = finish(ctx, &a);
+		for (size_t i = 0; i < n && rc == DVAR_OK && a.staged; i++)
+			rc = stage_out(ctx, dst[i], staged[i], counts[i] * es);
 	}
+	free(staged);
 	if (off != stack_off)
 		free(off);
 	return rc;
@@ -921,6 +999,7 @@ static void serve_broadcast(dvar_strategy *s, const dvar_coll_sig *sig, const ch
 int dvar_replica_broadcast(dvar_replica *ctx, int root, int dtype, void *buf, size_t count)
 {
 	dvar_coll_args a;
+	void *user = buf; /* buf is the staging when staged */
 	size_t es;
 	int rc = DVAR_OK;
 
@@ -949,6 +1028,13 @@ int dvar_replica_broadcast(dvar_replica *ctx, int root, int dtype, void *buf, si
 
 		if ((rc = buffer_kind(ctx->s, buf, &where, "broadcast")) == DVAR_OK)
 			rc = settle_where(ctx, &a, where, count > 0);
+		if (rc == DVAR_OK && a.staged) {
+			if (!(buf = stage_alloc(ctx, count * es, "broadcast")))
+				rc = dvar_error_last()->code;
+			else if (dvar_replica_id(ctx) == root)
+				rc = dvar_mem_copy(ctx->s, ctx->local, buf, user, count * es);
+			a.buf = buf;
+		}
 	}
 	if (rc != DVAR_OK)
 		refuse(ctx, &a, rc);
@@ -957,7 +1043,7 @@ int dvar_replica_broadcast(dvar_replica *ctx, int root, int dtype, void *buf, si
 	if (rc != DVAR_OK)
 		return rc;
 #if DVAR_WITH_CUDA
-	if (a.sig.where)
+	if (a.sig.where == 1)
 		dvar_cuda_coll_broadcast(ctx, &a);
 	else
 #endif
@@ -969,7 +1055,10 @@ int dvar_replica_broadcast(dvar_replica *ctx, int root, int dtype, void *buf, si
 	} else {
 		wait_for(ctx->s, &ctx->s->dp_done, 1);
 	}
-	return finish(ctx, &a);
+	rc = finish(ctx, &a);
+	if (rc == DVAR_OK && a.staged && dvar_replica_id(ctx) != root)
+		rc = stage_out(ctx, user, buf, count * es);
+	return rc;
 }
 
 /* ---------------------------------------------------------------- all_gather */
@@ -1065,6 +1154,7 @@ int dvar_replica_all_gather(dvar_replica *ctx, int dtype, const dvar_shape *shap
 	dvar_strategy *s;
 	dvar_coll_args a;
 	uint64_t outer, inner, total, bytes = 0;
+	void *user = dst; /* dst is the staging's when staged */
 	size_t es;
 	int rc = DVAR_OK;
 
@@ -1107,6 +1197,17 @@ int dvar_replica_all_gather(dvar_replica *ctx, int dtype, const dvar_shape *shap
 		if ((rc = buffer_kind(s, dst, &where, "all_gather")) == DVAR_OK &&
 		    (rc = buffer_kind(s, bytes ? src : NULL, &where, "all_gather")) == DVAR_OK)
 			rc = settle_where(ctx, &a, where, dst != NULL);
+		if (rc == DVAR_OK && a.staged) {
+			/* This replica's tensor, then the result. */
+			char *h = stage_alloc(ctx, (size_t)bytes + a.dst_bytes, "all_gather");
+
+			if (!h)
+				rc = dvar_error_last()->code;
+			else
+				rc = dvar_mem_copy(s, ctx->local, h, src, (size_t)bytes);
+			a.gsrc = src = h;
+			a.gdst = dst = h ? h + bytes : NULL;
+		}
 	}
 	if (rc != DVAR_OK) {
 		a.sig.rank = shape && shape->rank >= 0 && shape->rank <= DVAR_MAX_RANK ? shape->rank : 0;
@@ -1119,7 +1220,7 @@ int dvar_replica_all_gather(dvar_replica *ctx, int dtype, const dvar_shape *shap
 	total = (uint64_t)s->gather_shape.dims[axis];
 	gather_geometry(&s->gather_shape, axis, &outer, &inner);
 #if DVAR_WITH_CUDA
-	if (a.sig.where)
+	if (a.sig.where == 1)
 		dvar_cuda_coll_all_gather(ctx, &a);
 	else
 #endif
@@ -1140,7 +1241,10 @@ int dvar_replica_all_gather(dvar_replica *ctx, int dtype, const dvar_shape *shap
 		    outer * total * inner > 0)
 			memcpy(dst, stage, (size_t)(outer * total * inner) * es);
 	}
-	return finish(ctx, &a);
+	rc = finish(ctx, &a);
+	if (rc == DVAR_OK && a.staged)
+		rc = stage_out(ctx, user, dst, (size_t)(outer * total * inner) * es);
+	return rc;
 }
 
 /* ---------------------------------------------------------------- the coordinator */
@@ -1179,7 +1283,7 @@ void dvar_coll_serve(dvar_strategy *s, const dvar_ctl_record *recs)
 			return;
 		}
 	}
-	if (sig.where) {
+	if (sig.where == 1) {
 		/* The GPUs move the data themselves, over NCCL. */
 		go_locked(s, 1);
 		pthread_mutex_unlock(&s->lock);

@@ -107,7 +107,8 @@ typedef struct {
 	int32_t root;   /* broadcast */
 	int32_t axis;   /* all_gather */
 	int32_t rank;   /* all_gather */
-	int32_t where;  /* the buffers: 0 host memory, 1 device memory (a CUDA strategy) */
+	int32_t where;  /* the buffers: 0 host memory, 1 device memory (a CUDA strategy), 2
+	                   device memory staged through the host (dvar_cuda_via_host) */
 	int32_t zero;   /* 0: no padding bytes, since workers compare signatures with memcmp */
 	uint64_t seq;   /* the k-th collective of the run, from 1 */
 	uint64_t count; /* all_reduce: elements over all buffers; broadcast: elements */
@@ -134,6 +135,9 @@ typedef struct {
 	size_t dst_bytes;
 	int64_t rows; /* this replica's length along axis */
 	dvar_shape *out_shape;
+	/* Device buffers copied through host staging (sig.where 2): the
+	 * pointers above are the staging's. */
+	int staged;
 } dvar_coll_args;
 
 /* The control record every worker contributes to a control round. */

@@ -15,8 +15,8 @@
  * source that is host memory, or another GPU's, is copied into scratch slot
  * 1 on local's stream, used there, and the slot is free again on return.
  *
- * Ownership: the object owns its streams, scratch and upload buffers and
- * NCCL communicators; dvar_cuda_close releases them. Memory from
+ * Ownership: the object owns its streams, scratch, upload and host staging
+ * buffers and NCCL communicators; dvar_cuda_close releases them. Memory from
  * dvar_cuda_alloc belongs to the caller (dvar_cuda_free).
  */
 #include <assert.h>
@@ -42,6 +42,8 @@ typedef struct {
 	size_t scratch_cap[2];
 	void *upload;
 	size_t upload_cap;
+	void *host; /* page-locked: collectives through the host */
+	size_t host_cap;
 } cuda_local;
 
 struct dvar_cuda {
@@ -50,6 +52,7 @@ struct dvar_cuda {
 	cuda_local *loc; /* R */
 	int *members;    /* R: the locals by group, increasing within a group */
 	int *first;      /* ngroups + 1: group g is members[first[g] .. first[g + 1]) */
+	int via_host;    /* dvar_cuda_via_host */
 #if DVAR_WITH_NCCL
 	ncclComm_t *nccl; /* ngroups; all NULL with one rank in all */
 #endif
@@ -227,6 +230,7 @@ typedef struct {
 	int32_t rc;
 	int32_t ngroups;
 	uint8_t group_of[DVAR_MAX_REPLICAS]; /* < R <= 256; zero past R */
+	uint8_t uuid[DVAR_MAX_REPLICAS][16]; /* each group's GPU (cudaDeviceProp.uuid) */
 	ncclUniqueId id;
 } nccl_hello;
 
@@ -257,6 +261,18 @@ static int hello_verdict(const nccl_hello *all, int W)
 	return DVAR_OK;
 }
 
+/* Whether two workers use one GPU: NCCL cannot hold both as ranks. */
+static int workers_share_a_gpu(const nccl_hello *all, int W)
+{
+	for (int w = 0; w < W; w++)
+		for (int v = w + 1; v < W; v++)
+			for (int g = 0; g < all[w].ngroups; g++)
+				for (int h = 0; h < all[v].ngroups; h++)
+					if (memcmp(all[w].uuid[g], all[v].uuid[h], 16) == 0)
+						return 1;
+	return 0;
+}
+
 /* Collective across workers (W > 1): the exchange happens whatever rc (this
  * worker's result so far) is, so a worker that failed locally does not
  * leave the others waiting; and NCCL's init runs only when every worker is
@@ -284,8 +300,16 @@ static int nccl_connect(dvar_cuda *c, int rc, dvar_comm *comm, int W, int worker
 		if (!(all = malloc((size_t)W * sizeof *all)))
 			return rc != DVAR_OK ? rc : dvar_error_set(DVAR_ENOMEM, "out of memory for %d "
 			                                           "workers' NCCL hellos", W);
+		for (int g = 0; rc == DVAR_OK && g < ngroups; g++) {
+			struct cudaDeviceProp prop;
+			int dev = c->loc[c->members[c->first[g]]].dev;
+
+			rc = check(cudaGetDeviceProperties(&prop, dev), "reading GPU %d's properties", dev);
+			if (rc == DVAR_OK)
+				memcpy(mine.uuid[g], prop.uuid.bytes, sizeof mine.uuid[g]);
+		}
 		mine.rc = rc;
-		mine.ngroups = ngroups;
+		mine.ngroups = rc == DVAR_OK ? ngroups : 0;
 		for (int i = 0; rc == DVAR_OK && i < c->R; i++)
 			mine.group_of[i] = (uint8_t)c->loc[i].group;
 		snprintf(saved, sizeof saved, "%s", rc != DVAR_OK ? dvar_error_last()->message : "");
@@ -297,9 +321,12 @@ static int nccl_connect(dvar_cuda *c, int rc, dvar_comm *comm, int W, int worker
 		else
 			rc = hello_verdict(all, W);
 		id = all[0].id;
+		/* Every worker sees the same hellos, so all of them choose the host. */
+		if (rc == DVAR_OK && workers_share_a_gpu(all, W))
+			c->via_host = 1;
 		free(all);
 	}
-	if (rc != DVAR_OK)
+	if (rc != DVAR_OK || c->via_host)
 		return rc;
 
 	/* One thread initializes several ranks: a group, or the first
@@ -353,9 +380,7 @@ int dvar_cuda_open(dvar_cuda **out, int R, const int *devices, int ndev, dvar_co
 #else
 	(void)comm;
 	if (rc == DVAR_OK && (W > 1 || c->ngroups > 1))
-		rc = dvar_error_set(DVAR_ENOTSUPP, "%d workers with %d GPUs each need NCCL, which this "
-		                                   "dvar was built without (-DDVAR_WITH_NCCL=ON)",
-		                    W, c->ngroups);
+		c->via_host = 1; /* nothing else connects the GPUs */
 #endif
 	if (rc != DVAR_OK) {
 		dvar_cuda_close(c);
@@ -403,6 +428,7 @@ void dvar_cuda_close(dvar_cuda *c)
 			(void)cudaFree(L->scratch[0]); /* cudaFree(NULL) does nothing */
 			(void)cudaFree(L->scratch[1]);
 			(void)cudaFree(L->upload);
+			(void)cudaFreeHost(L->host);
 		}
 	(void)cudaGetLastError();
 	free(c->loc);
@@ -461,6 +487,11 @@ int dvar_cuda_members(const dvar_cuda *c, int group, const int **members)
 	return c->first[group + 1] - c->first[group];
 }
 
+int dvar_cuda_via_host(const dvar_cuda *c)
+{
+	return c->via_host;
+}
+
 int dvar_cuda_rank(const dvar_cuda *c, int group)
 {
 	assert(group >= 0 && group < c->ngroups);
@@ -512,7 +543,10 @@ int dvar_cuda_is_resident(const dvar_cuda *c, int local, const void *p)
 /* Make *buf at least bytes (and at least one byte) of GPU dev's memory.
  * The old buffer goes first: cudaFree waits for the device, so no queued
  * work still uses it, and the peak stays at the new size. */
-static int grow(void **buf, size_t *cap, size_t bytes, int dev, int local, const char *what)
+/* *buf holds at least bytes of device memory, or page-locked host memory
+ * when pinned (its old contents are lost when it grows). */
+static int grow(void **buf, size_t *cap, size_t bytes, int dev, int local, const char *what,
+                int pinned)
 {
 	size_t want = bytes;
 
@@ -522,11 +556,12 @@ static int grow(void **buf, size_t *cap, size_t bytes, int dev, int local, const
 		want = (want + GROW_STEP - 1) / GROW_STEP * GROW_STEP;
 	if (want == 0)
 		want = GROW_STEP;
-	(void)cudaFree(*buf);
+	(void)(pinned ? cudaFreeHost(*buf) : cudaFree(*buf));
 	*buf = NULL;
 	*cap = 0;
-	if (check(cudaMalloc(buf, want), "allocating %zu bytes of %s on GPU %d for local replica %d",
-	          want, what, dev, local) != DVAR_OK) {
+	if (check(pinned ? cudaHostAlloc(buf, want, cudaHostAllocPortable) : cudaMalloc(buf, want),
+	          "allocating %zu bytes of %s %s GPU %d for local replica %d", want, what,
+	          pinned ? "in host memory beside" : "on", dev, local) != DVAR_OK) {
 		*buf = NULL;
 		return dvar_error_last()->code;
 	}
@@ -568,9 +603,21 @@ void *dvar_cuda_scratch(dvar_cuda *c, int local, int slot, size_t bytes)
 		return NULL;
 	L = &c->loc[local];
 	if (grow(&L->scratch[slot], &L->scratch_cap[slot], bytes, L->dev, local,
-	         slot ? "scratch (slot 1)" : "scratch (slot 0)") != DVAR_OK)
+	         slot ? "scratch (slot 1)" : "scratch (slot 0)", 0) != DVAR_OK)
 		return NULL;
 	return L->scratch[slot];
+}
+
+void *dvar_cuda_host_stage(dvar_cuda *c, int local, size_t bytes)
+{
+	cuda_local *L;
+
+	if (dvar_cuda_bind(c, local) != DVAR_OK)
+		return NULL;
+	L = &c->loc[local];
+	if (grow(&L->host, &L->host_cap, bytes, L->dev, local, "collective staging", 1) != DVAR_OK)
+		return NULL;
+	return L->host;
 }
 
 void *dvar_cuda_upload(dvar_cuda *c, int local, const void *host, size_t bytes)
@@ -580,7 +627,7 @@ void *dvar_cuda_upload(dvar_cuda *c, int local, const void *host, size_t bytes)
 	if (dvar_cuda_bind(c, local) != DVAR_OK)
 		return NULL;
 	L = &c->loc[local];
-	if (grow(&L->upload, &L->upload_cap, bytes, L->dev, local, "upload buffer") != DVAR_OK)
+	if (grow(&L->upload, &L->upload_cap, bytes, L->dev, local, "upload buffer", 0) != DVAR_OK)
 		return NULL;
 	/* Synchronized, so the caller may reuse host at once. */
 	if (bytes && finish(c, local, DVAR_OK,

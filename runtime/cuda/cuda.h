@@ -16,13 +16,18 @@
  * the same groups (as many, holding the same locals; device lists, or
  * visible GPUs, may differ).
  *
+ * Through the host. Where NCCL cannot connect the groups (two workers use
+ * one GPU, or the build has no NCCL and there is more than one GPU or
+ * worker), no communicator is made: collective.c copies device buffers
+ * into page-locked staging and runs the host collective (dvar_cuda_via_host).
+ *
  * Threads. Each replica thread binds to its GPU when it starts
  * (dvar_cuda_bind); calls for a local from another thread (the coordinator,
  * in cross-replica context) bind first themselves. NCCL calls for a group
  * are made by its leader's thread only.
  *
- * Ownership: dvar_cuda_open's object owns its streams, scratch and upload
- * buffers and NCCL communicators; dvar_cuda_close releases them.
+ * Ownership: dvar_cuda_open's object owns its streams, scratch, upload and
+ * host staging buffers and NCCL communicators; dvar_cuda_close releases them.
  */
 #ifndef DVAR_RUNTIME_CUDA_H
 #define DVAR_RUNTIME_CUDA_H
@@ -107,6 +112,13 @@ int dvar_cuda_group_of(const dvar_cuda *c, int local);
 int dvar_cuda_leader(const dvar_cuda *c, int group);
 int dvar_cuda_members(const dvar_cuda *c, int group, const int **members);
 
+/**
+ * 1 when collectives over device buffers go through host memory: workers
+ * share a GPU (NCCL cannot put two ranks on one), or this build has no NCCL
+ * and there is more than one GPU or worker. The same on every worker.
+ */
+int dvar_cuda_via_host(const dvar_cuda *c);
+
 /** This worker's group g's NCCL rank: worker * num_groups + g. */
 int dvar_cuda_rank(const dvar_cuda *c, int group);
 
@@ -154,6 +166,13 @@ int dvar_cuda_snapshot_wait(dvar_cuda *c, int local);
  * not survive those calls.
  */
 void *dvar_cuda_scratch(dvar_cuda *c, int local, int slot, size_t bytes);
+
+/**
+ * Page-locked host memory of at least bytes for local's part in a
+ * collective through the host, kept and grown as dvar_cuda_scratch's slots
+ * (growing loses the contents). NULL with the error set when out of memory.
+ */
+void *dvar_cuda_host_stage(dvar_cuda *c, int local, size_t bytes);
 
 /**
  * A device copy of bytes of host memory (indices, pointers), valid until

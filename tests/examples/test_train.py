@@ -175,6 +175,18 @@ class Device(TrainCase):
             self.assertEqual(resumed["checksums"], cpu["checksums"], ckpt)
             self.assertEqual(resumed["loss"], cpu["loss"], ckpt)
 
+    def test_gpu_workers(self):
+        # Two workers (on one GPU they exchange through the host): the same
+        # bytes as on the CPU, and a resume on the CPU from the GPU's save.
+        topo = ["--replicas", "2"]
+        cpu, _, _ = self.train("cpu", "--steps", 30, "--device", "cpu", *topo, workers=2)
+        gpu, _, _ = self.train("gpu", "--steps", 20, "--device", "cuda", *topo, workers=2)
+        resumed, _, _ = self.train("gpu", "--steps", 30, "--resume", "--device", "cpu", *topo,
+                                   workers=2)
+        self.assertEqual(gpu["device"], "cuda")
+        self.assertEqual(resumed["checksums"], cpu["checksums"])
+        self.assertEqual(resumed["loss"], cpu["loss"])
+
     def test_gpu_onto_other_replicas(self):
         # One replica on the GPU, resumed as two: the metrics split exactly.
         gpu, _, _ = self.train("g", "--steps", 20, "--device", "cuda")

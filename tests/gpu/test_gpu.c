@@ -24,15 +24,15 @@
  *    devices and replica counts.
  *
  * Topologies: alone, one replica per visible GPU and three replicas sharing
- * GPU 0; under `mpirun -np W`, each worker on the GPU of its node-local rank,
- * with one and with three replicas. Both keep dvar's order of additions the
- * same as the CPU strategy's (several GPUs each shared by several replicas
- * would not: their groups add first).
+ * GPU 0; under `mpirun -np W`, each worker on the GPU of its node-local rank
+ * (modulo the node's GPUs), with one and with three replicas. Both keep
+ * dvar's order of additions the same as the CPU strategy's (several GPUs
+ * each shared by several replicas would not: their groups add first).
+ * Workers that share a GPU, which NCCL cannot connect, exchange through
+ * the host: on a machine with one GPU, `mpirun -np 2` tests that path.
  *
  * Without a GPU (or without a driver) the program prints one line saying
- * why and exits with 77, which CMake registers as "skipped". Under mpirun
- * it also skips when a node has fewer GPUs than workers: NCCL cannot put
- * two ranks on one GPU.
+ * why and exits with 77, which CMake registers as "skipped".
  *
  * Replica functions must not call cmocka's asserts (they run on replica
  * threads): they note mismatches in a per-replica report, and the test
@@ -1433,6 +1433,9 @@ static size_t values_results(dvar_strategy *s, int gpu, const topo *t, const vsp
 
 				CU_MAIN(cudaSetDevice(main_device(t)));
 				CU_MAIN(cudaMemset(dev, 0xee, cap));
+				/* Asynchronous on the default stream, which dvar's
+				 * streams do not wait for. */
+				CU_MAIN(cudaDeviceSynchronize());
 				rr = dvar_strategy_reduce(s, (dvar_reduce_op)op, v, axis, dev, cap, NULL);
 				CU_MAIN(cudaMemcpy(again, dev, cap, cudaMemcpyDeviceToHost));
 				if (memcmp(again, out + n - cap, cap) != 0 || rr != *(int *)(out + n - cap - 8))
@@ -1851,6 +1854,7 @@ static void cross_reads(scen *sc, vlog *lg, const char *when)
 			/* dvar's cross-replica calls may leave another GPU current */
 			CU_MAIN(cudaSetDevice(sc->dev0));
 			CU_MAIN(cudaMemset(sc->mread, 0xee, nb));
+			CU_MAIN(cudaDeviceSynchronize()); /* as above */
 			rc = dvar_variable_read(sc->v[j], NULL, sc->mread, nb);
 			CU_MAIN(cudaMemcpy(h, sc->mread, nb, cudaMemcpyDeviceToHost));
 		} else {
@@ -2267,25 +2271,15 @@ int main(void)
 		env.local_size = atoi(env_get("OMPI_COMM_WORLD_LOCAL_SIZE"));
 	}
 	if (env.W > 1) {
-		/* Every worker needs a GPU of its own; all agree before any of them
-		 * asks NCCL. */
-		int ok = DVAR_WITH_NCCL && env.local_size <= env.G;
+		int dev = env.local_rank % env.G;
+		const char *how = env.local_size > env.G || !DVAR_WITH_NCCL ? "through the host" : "NCCL";
 
-		if (min_over_workers(ok) != 1) {
-			if (!DVAR_WITH_NCCL)
-				return skip_program("%d workers: a CUDA strategy across workers needs NCCL "
-				            "(-DDVAR_WITH_NCCL=ON)",
-				            env.W);
-			return skip_program("%d workers share a node with %d CUDA device%s: NCCL cannot put two "
-			            "ranks on one GPU (each worker needs a GPU of its own)",
-			            env.local_size, env.G, env.G == 1 ? "" : "s");
-		}
-		snprintf(env.names[0], sizeof env.names[0], "worker %d: 1 replica on GPU %d", env.worker,
-		         env.local_rank);
-		snprintf(env.names[1], sizeof env.names[1], "worker %d: 3 replicas on GPU %d",
-		         env.worker, env.local_rank);
-		env.topos[0] = (topo){ env.names[0], 1, { env.local_rank }, 1 };
-		env.topos[1] = (topo){ env.names[1], 3, { env.local_rank }, 1 };
+		snprintf(env.names[0], sizeof env.names[0], "worker %d: 1 replica on GPU %d (%s)",
+		         env.worker, dev, how);
+		snprintf(env.names[1], sizeof env.names[1], "worker %d: 3 replicas on GPU %d (%s)",
+		         env.worker, dev, how);
+		env.topos[0] = (topo){ env.names[0], 1, { dev }, 1 };
+		env.topos[1] = (topo){ env.names[1], 3, { dev }, 1 };
 		env.ntopos = 2;
 	} else {
 		if (env.G == 1 || DVAR_WITH_NCCL) {
@@ -2299,7 +2293,7 @@ int main(void)
 		env.topos[env.ntopos++] = (topo){ env.names[1], 3, { 0 }, 1 };
 	}
 	memset(&prop, 0, sizeof prop);
-	if (cudaGetDeviceProperties(&prop, env.W > 1 ? env.local_rank : 0) != cudaSuccess)
+	if (cudaGetDeviceProperties(&prop, env.W > 1 ? env.local_rank % env.G : 0) != cudaSuccess)
 		snprintf(prop.name, sizeof prop.name, "(cudaGetDeviceProperties failed)");
 	printf("test_gpu: worker %d of %d, %d CUDA device(s), %s; NCCL %s\n", env.worker, env.W,
 	       env.G, prop.name, DVAR_WITH_NCCL ? "built in" : "not built");
