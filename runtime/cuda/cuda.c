@@ -540,11 +540,10 @@ int dvar_cuda_is_resident(const dvar_cuda *c, int local, const void *p)
 	return resident(p, c->loc[local].dev);
 }
 
-/* Make *buf at least bytes (and at least one byte) of GPU dev's memory.
- * The old buffer goes first: cudaFree waits for the device, so no queued
- * work still uses it, and the peak stays at the new size. */
-/* *buf holds at least bytes of device memory, or page-locked host memory
- * when pinned (its old contents are lost when it grows). */
+/* Make *buf at least bytes (and at least one byte) of GPU dev's memory, or
+ * of page-locked host memory when pinned; growing loses the contents. The
+ * old buffer goes first: cudaFree waits for the device, so no queued work
+ * still uses it, and the peak stays at the new size. */
 static int grow(void **buf, size_t *cap, size_t bytes, int dev, int local, const char *what,
                 int pinned)
 {
