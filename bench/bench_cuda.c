@@ -935,21 +935,17 @@ int main(int argc, char **argv)
 #if DVAR_WITH_MPI
 	/* Under mpirun: one process per GPU. Started directly: no MPI at all. */
 	if (env_get("OMPI_COMM_WORLD_SIZE")) {
-		int provided;
-
-		MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
 		g.mpi = 1;
-		MPI_Comm_rank(MPI_COMM_WORLD, &g.rank);
-		MPI_Comm_size(MPI_COMM_WORLD, &g.W);
-		if (provided < MPI_THREAD_SERIALIZED) {
+		if (!bench_mpi_init(&argc, &argv, &prog, &g.rank, &g.W)) {
 			if (g.rank == 0)
 				fprintf(stderr, "%s: MPI gives no MPI_THREAD_SERIALIZED support\n", PROGRAM);
 			finish(1);
 		}
-		prog.rank = g.rank;
-	}
+	} else
 #endif
-	bench_init(&prog);
+	{
+		bench_init(&prog);
+	}
 	parse_args(argc, argv);
 	g.local_rank = g.rank;
 	g.local_size = g.W;
