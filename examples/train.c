@@ -388,14 +388,10 @@ static void note_save(job *j, int tty)
 }
 
 /* A new epoch: the iterator over the dataset starts again. The manager
- * saves the iterator it was opened with, so it is reopened too. */
+ * keeps it, and with it the last save a delta builds on. */
 static void next_epoch(job *j)
 {
-	check(dvar_manager_wait(j->m), "saving");
-	dvar_manager_free(j->m);
-	dvar_input_iterator_free(j->it);
-	open_input(j);
-	open_manager(j);
+	check(dvar_input_iterator_reset(j->it), "starting a new epoch");
 }
 
 /* ---------------------------------------------------------------- a step */

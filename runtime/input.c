@@ -1023,6 +1023,29 @@ static int order_of(int64_t kind, int64_t W)
 	return kind == PLAN_REPLICATE ? ORDER_REPLICATE : ORDER_LOCAL;
 }
 
+/* Back to the start of the stream, as a new iterator: the prefetched steps
+ * are discarded, the thread restarts at the next call, a failure is forgotten. */
+static void rewind_stream(dvar_input_iterator *it)
+{
+	stop_prefetch(it);
+	it->err = 0;
+	free(it->err_message);
+	it->err_message = NULL;
+	memset(&it->cons, 0, sizeof it->cons);
+	it->prod = it->cons;
+	it->steps = 0;
+	it->rows = 0;
+	it->finished = 0;
+}
+
+int dvar_input_iterator_reset(dvar_input_iterator *it)
+{
+	if (!it)
+		return dvar_error_set(DVAR_EINVAL, "dvar_input_iterator_reset: iterator is NULL");
+	rewind_stream(it);
+	return DVAR_OK;
+}
+
 int dvar_input_restore_state(dvar_input_iterator *it, const int64_t *table, int64_t rows,
                               const char *name, int apply)
 {
@@ -1084,15 +1107,8 @@ int dvar_input_restore_state(dvar_input_iterator *it, const int64_t *table, int6
 	if (!apply)
 		return DVAR_OK;
 
-	/* Apply: the prefetched steps are discarded, the thread restarts at the next call. */
-	stop_prefetch(it);
-	it->err = 0;
-	free(it->err_message);
-	it->err_message = NULL;
-	memset(&it->cons, 0, sizeof it->cons);
+	rewind_stream(it);
 	it->steps = t0[C_STEPS];
-	it->rows = 0;
-	it->finished = 0;
 	if (same) {
 		it->cons.step = mine[C_STEP];
 		it->cons.pos = mine[C_POS];

@@ -200,6 +200,15 @@ typedef struct {
 DVAR_EXTERN(int) dvar_input_iterator_next(dvar_input_iterator *it, dvar_replica_batch *batches,
                                           int *has_value);
 
+/**
+ * Start the iteration again from the first step, as a new iterator over the
+ * same dataset and options would (a new epoch), keeping the iterator, so
+ * that whatever holds it (a dvar_manager, its delta history) goes on. A
+ * failed step is forgotten. Not collective, but every worker must reset at
+ * the same step: their steps are collectives.
+ */
+DVAR_EXTERN(int) dvar_input_iterator_reset(dvar_input_iterator *it);
+
 /** The element dtype and shape (without the batch dimension). */
 DVAR_EXTERN(int) dvar_input_iterator_element(const dvar_input_iterator *it, int *dtype,
                                              dvar_shape *element_shape);

@@ -225,6 +225,14 @@ class Checkpoint(TrainCase):
         self.assertEqual(summary["examples"], 25 * 64)
         self.dvar("verify", self.path("c"))
 
+    def test_delta_across_epoch(self):
+        # The iterator starts again at step 47 (a new epoch) and the manager
+        # goes on: the save at step 50 is a delta over ckpt-40.
+        summary, _, _ = self.train("c", "--steps", 50, "--full-every", 10)
+        saves = {s["step"]: s for s in summary["saves"]}
+        self.assertTrue(saves[50]["delta"])
+        self.assertEqual(saves[50]["base"], "ckpt-40")
+
     def test_loss_falls(self):
         summary, _, _ = self.train("c", "--steps", 100, "--vocab", "20000", "--examples", "20000")
         # A model that learns nothing stays at ln 2 = 0.693 and 50%.

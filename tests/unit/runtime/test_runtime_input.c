@@ -112,6 +112,21 @@ static void expect_split(dvar_strategy *s, dvar_dataset *ds, dvar_input_options 
 	if (strcmp(got, expect) != 0)
 		fail_msg("worker %d: got \"%s\"\n expected \"%s\"", dvar_strategy_worker_id(s), got,
 		         expect);
+	/* A reset starts over, from the end and from midway (a step prefetched). */
+	for (int midway = 0; midway < 2; midway++) {
+		dvar_replica_batch b[8];
+		int has;
+
+		assert_int_equal(dvar_input_iterator_reset(it), DVAR_OK);
+		if (midway) {
+			assert_int_equal(dvar_input_iterator_next(it, b, &has), DVAR_OK);
+			assert_int_equal(dvar_input_iterator_reset(it), DVAR_OK);
+		}
+		collect(it, dvar_strategy_local_replicas(s), got, sizeof got);
+		if (strcmp(got, expect) != 0)
+			fail_msg("worker %d, after a reset%s: got \"%s\"\n expected \"%s\"",
+			         dvar_strategy_worker_id(s), midway ? " midway" : "", got, expect);
+	}
 	dvar_input_iterator_free(it);
 }
 
