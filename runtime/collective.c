@@ -576,17 +576,18 @@ static int stage_out(dvar_replica *r, void *dst, const void *host, size_t bytes)
 	return rc;
 }
 
-/* Set a->sig.where from the buffers' kind (host when no data moves; 2 when
- * device buffers go through the host, a->staged) and, on a CUDA strategy,
+/* Set a->sig.where from the buffers' kind (host when no data moves; staged
+ * when device buffers go through the host) and, on a CUDA strategy,
  * wait for the replica's stream: the caller's work on it writes what the
  * collective reads, host buffers included (a copy to pinned memory, a
  * kernel writing mapped memory). */
 static int settle_where(dvar_replica *r, dvar_coll_args *a, int where, int moves)
 {
-	a->staged = where > 0 && moves && via_host(r->s);
-	a->sig.where = where > 0 && moves ? (a->staged ? 2 : 1) : 0;
+	a->sig.where = where <= 0 || !moves ? DVAR_WHERE_HOST
+	               : via_host(r->s)     ? DVAR_WHERE_STAGED
+	                                    : DVAR_WHERE_DEVICE;
 #if DVAR_WITH_CUDA
-	if (a->sig.where == 1)
+	if (a->sig.where == DVAR_WHERE_DEVICE)
 		return dvar_cuda_coll_prepare(r, a);
 	if (r->s->cuda && moves)
 		return dvar_cuda_status(cudaStreamSynchronize(dvar_cuda_stream(r->s->cuda, r->local)),
@@ -605,7 +606,7 @@ static int finish(dvar_replica *r, const dvar_coll_args *a)
 	int rc = DVAR_OK;
 
 	barrier(s);
-	if (s->W == 1 && a->sig.where != 1)
+	if (s->W == 1 && a->sig.where != DVAR_WHERE_DEVICE)
 		return DVAR_OK;
 	pthread_mutex_lock(&s->lock);
 	if (s->dp_code != DVAR_OK) {
@@ -913,7 +914,7 @@ int dvar_replica_all_reduce_n(dvar_replica *ctx, dvar_reduce_op op, int dtype, s
 				rc = buffer_kind(ctx->s, dst[i], &where, "all_reduce");
 		if (rc == DVAR_OK)
 			rc = settle_where(ctx, &a, where, total > 0);
-		if (rc == DVAR_OK && a.staged)
+		if (rc == DVAR_OK && a.sig.where == DVAR_WHERE_STAGED)
 			rc = stage_all_reduce(ctx, &a, es, &staged);
 	}
 	if (rc == DVAR_OK)
@@ -924,7 +925,7 @@ int dvar_replica_all_reduce_n(dvar_replica *ctx, dvar_reduce_op op, int dtype, s
 	rc = enter(ctx, &a);
 	if (rc == DVAR_OK) {
 #if DVAR_WITH_CUDA
-		if (a.sig.where == 1)
+		if (a.sig.where == DVAR_WHERE_DEVICE)
 			dvar_cuda_coll_all_reduce(ctx, &a);
 		else
 #endif
@@ -933,7 +934,7 @@ int dvar_replica_all_reduce_n(dvar_replica *ctx, dvar_reduce_op op, int dtype, s
 		else
 			all_reduce_pipelined(ctx, &a);
 		rc = finish(ctx, &a);
-		for (size_t i = 0; i < n && rc == DVAR_OK && a.staged; i++)
+		for (size_t i = 0; i < n && rc == DVAR_OK && a.sig.where == DVAR_WHERE_STAGED; i++)
 			rc = stage_out(ctx, dst[i], staged[i], counts[i] * es);
 	}
 	free(staged);
@@ -1028,7 +1029,7 @@ int dvar_replica_broadcast(dvar_replica *ctx, int root, int dtype, void *buf, si
 
 		if ((rc = buffer_kind(ctx->s, buf, &where, "broadcast")) == DVAR_OK)
 			rc = settle_where(ctx, &a, where, count > 0);
-		if (rc == DVAR_OK && a.staged) {
+		if (rc == DVAR_OK && a.sig.where == DVAR_WHERE_STAGED) {
 			if (!(buf = stage_alloc(ctx, count * es, "broadcast")))
 				rc = dvar_error_last()->code;
 			else if (dvar_replica_id(ctx) == root)
@@ -1043,7 +1044,7 @@ int dvar_replica_broadcast(dvar_replica *ctx, int root, int dtype, void *buf, si
 	if (rc != DVAR_OK)
 		return rc;
 #if DVAR_WITH_CUDA
-	if (a.sig.where == 1)
+	if (a.sig.where == DVAR_WHERE_DEVICE)
 		dvar_cuda_coll_broadcast(ctx, &a);
 	else
 #endif
@@ -1056,7 +1057,7 @@ int dvar_replica_broadcast(dvar_replica *ctx, int root, int dtype, void *buf, si
 		wait_for(ctx->s, &ctx->s->dp_done, 1);
 	}
 	rc = finish(ctx, &a);
-	if (rc == DVAR_OK && a.staged && dvar_replica_id(ctx) != root)
+	if (rc == DVAR_OK && a.sig.where == DVAR_WHERE_STAGED && dvar_replica_id(ctx) != root)
 		rc = stage_out(ctx, user, buf, count * es);
 	return rc;
 }
@@ -1197,7 +1198,7 @@ int dvar_replica_all_gather(dvar_replica *ctx, int dtype, const dvar_shape *shap
 		if ((rc = buffer_kind(s, dst, &where, "all_gather")) == DVAR_OK &&
 		    (rc = buffer_kind(s, bytes ? src : NULL, &where, "all_gather")) == DVAR_OK)
 			rc = settle_where(ctx, &a, where, dst != NULL);
-		if (rc == DVAR_OK && a.staged) {
+		if (rc == DVAR_OK && a.sig.where == DVAR_WHERE_STAGED) {
 			/* This replica's tensor, then the result. */
 			char *h = stage_alloc(ctx, (size_t)bytes + a.dst_bytes, "all_gather");
 
@@ -1220,7 +1221,7 @@ int dvar_replica_all_gather(dvar_replica *ctx, int dtype, const dvar_shape *shap
 	total = (uint64_t)s->gather_shape.dims[axis];
 	gather_geometry(&s->gather_shape, axis, &outer, &inner);
 #if DVAR_WITH_CUDA
-	if (a.sig.where == 1)
+	if (a.sig.where == DVAR_WHERE_DEVICE)
 		dvar_cuda_coll_all_gather(ctx, &a);
 	else
 #endif
@@ -1242,7 +1243,7 @@ int dvar_replica_all_gather(dvar_replica *ctx, int dtype, const dvar_shape *shap
 			memcpy(dst, stage, (size_t)(outer * total * inner) * es);
 	}
 	rc = finish(ctx, &a);
-	if (rc == DVAR_OK && a.staged)
+	if (rc == DVAR_OK && a.sig.where == DVAR_WHERE_STAGED)
 		rc = stage_out(ctx, user, dst, (size_t)(outer * total * inner) * es);
 	return rc;
 }
@@ -1283,7 +1284,7 @@ void dvar_coll_serve(dvar_strategy *s, const dvar_ctl_record *recs)
 			return;
 		}
 	}
-	if (sig.where == 1) {
+	if (sig.where == DVAR_WHERE_DEVICE) {
 		/* The GPUs move the data themselves, over NCCL. */
 		go_locked(s, 1);
 		pthread_mutex_unlock(&s->lock);

@@ -98,6 +98,15 @@ enum {
 	DVAR_COLL_ALL_TO_ALL = 4
 };
 
+/* dvar_coll_sig.where: where a collective's buffers are, and so how it moves them. */
+enum {
+	DVAR_WHERE_HOST = 0,   /* host memory: threads and MPI */
+	DVAR_WHERE_DEVICE = 1, /* device memory (a CUDA strategy): kernels and NCCL */
+	/* device memory copied through page-locked host staging, then as host
+	 * memory (dvar_cuda_via_host): the args' pointers are the staging's */
+	DVAR_WHERE_STAGED = 2
+};
+
 /* What every participant of a collective must agree on. Plain integers:
  * it travels between workers as bytes. */
 typedef struct {
@@ -107,8 +116,7 @@ typedef struct {
 	int32_t root;   /* broadcast */
 	int32_t axis;   /* all_gather */
 	int32_t rank;   /* all_gather */
-	int32_t where;  /* the buffers: 0 host memory, 1 device memory (a CUDA strategy), 2
-	                   device memory staged through the host (dvar_cuda_via_host) */
+	int32_t where;  /* the buffers: DVAR_WHERE_* */
 	int32_t zero;   /* 0: no padding bytes, since workers compare signatures with memcmp */
 	uint64_t seq;   /* the k-th collective of the run, from 1 */
 	uint64_t count; /* all_reduce: elements over all buffers; broadcast: elements */
@@ -135,9 +143,6 @@ typedef struct {
 	size_t dst_bytes;
 	int64_t rows; /* this replica's length along axis */
 	dvar_shape *out_shape;
-	/* Device buffers copied through host staging (sig.where 2): the
-	 * pointers above are the staging's. */
-	int staged;
 } dvar_coll_args;
 
 /* The control record every worker contributes to a control round. */
