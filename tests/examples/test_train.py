@@ -297,6 +297,15 @@ class Errors(TrainCase):
         _, _, err = self.train("d", "--steps", 5, "--predict", self.path("q"), code=1)
         self.assertIn("q:1: id 5000 is out of range (vocab 5000)", err)
 
+    def test_cuda_without_gpu(self):
+        probe, _, _ = self.train("probe", "--steps", 0, "--device", "auto")
+        if probe["device"] == "cuda":
+            self.skipTest("a CUDA device is there (the Device tests run instead)")
+        _, _, err = self.train("c", "--steps", 5, "--device", "cuda", code=1)
+        self.assertIn("creating the strategy", err)
+        self.assertTrue("built without CUDA" in err or "no CUDA device" in err, err)
+        self.assertFalse(os.path.exists(self.path("c", "checkpoint")))
+
     def test_usage(self):
         _, err = self.run_cmd([TRAIN], code=2)
         self.assertIn("--ckpt DIR is required", err)
