@@ -29,6 +29,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "format/ahead.h"
 #include "format/format.h"
 #include "format/tf.h"
 
@@ -1186,6 +1187,8 @@ typedef struct {
 	int run;                 /* what is needed so far is one run of want's buffer */
 	uint64_t run_src, run_dst; /* elements just past that run, in the saved slice and in want */
 	const dvar_slice *src_slice;
+	dvar_ahead *ahead;       /* reading ahead of these tasks, or NULL */
+	size_t ahead_first;      /* the read's index of this ctx's first task */
 } read_ctx;
 
 static int note_need(void *ud, const dvar_slice *box, uint64_t flat)
@@ -1357,6 +1360,7 @@ static int run_task(void *vctx, size_t i)
 	scratch *sc = scratch_get(ctx->r);
 	char why[WHY_MAX];
 	int rc;
+	dvar_ahead_started(ctx->ahead, ctx->ahead_first + i);
 	if (!sc)
 		return DVAR_ENOMEM;
 	if (t->direct) {
@@ -1462,6 +1466,36 @@ static int read_width(const dvar_reader *r, size_t aligned)
 	return aligned ? 0 : r->buffered_width;
 }
 
+/* The bytes of its data file task t of ctx reads, as load_chunk reads them. */
+static dvar_ahead_range task_range(const read_ctx *ctx, const task *t)
+{
+	const dvar_slice_entry *s = &ctx->v->slices[t->slice];
+	const dvar_chunk *c = &s->chunks[t->chunk];
+	int ranged = c->codec != DVAR_CODEC_LZ4;
+	return (dvar_ahead_range){ ctx->r->files[s->file].fd, ranged ? c->offset + t->lo : c->offset,
+		                   ranged ? t->hi - t->lo : c->stored };
+}
+
+/* Reading ahead of the total tasks of ctxs[0, n), in the order the pool
+ * takes them, when they all go through the page cache (none aligned):
+ * O_DIRECT reads keep their own depth. Sets their ahead (NULL: none). */
+static void ahead_of(read_ctx *ctxs, size_t n, size_t total, size_t aligned)
+{
+	dvar_ahead_range *g = aligned || total < 2 ? NULL : malloc(total * sizeof(*g));
+	dvar_ahead *a;
+	size_t k = 0;
+	if (!g)
+		return;
+	for (size_t c = 0; c < n; c++) {
+		ctxs[c].ahead_first = k;
+		for (size_t i = 0; i < ctxs[c].num_tasks; i++)
+			g[k++] = task_range(&ctxs[c], &ctxs[c].tasks[i]);
+	}
+	a = dvar_ahead_start(g, total);
+	for (size_t c = 0; c < n; c++)
+		ctxs[c].ahead = a;
+}
+
 /* want of v's saved slices into dst (want's own row-major buffer). */
 static int read_slices(dvar_reader *r, const dvar_var_entry *v, const dvar_slice *want, void *dst)
 {
@@ -1470,8 +1504,10 @@ static int read_slices(dvar_reader *r, const dvar_var_entry *v, const dvar_slice
 	if (!rc) {
 		ctx.in_flight = ctx.num_tasks;
 		progress_start(r, &ctx, 1);
+		ahead_of(&ctx, 1, ctx.num_tasks, ctx.aligned);
 		rc = dvar_pool_for_width(r->pool, ctx.num_tasks, read_width(r, ctx.aligned), run_task,
 		                         &ctx);
+		dvar_ahead_stop(ctx.ahead);
 	}
 	ctx_clear(&ctx);
 	return rc;
@@ -1691,7 +1727,9 @@ int dvar_reader_read_many(dvar_reader *r, const dvar_read_request *reqs, size_t 
 		}
 		progress_start(r, ctxs, planned);
 		batch b = { ctxs, first, planned };
+		ahead_of(ctxs, planned, total, aligned);
 		rc = dvar_pool_for_width(r->pool, total, read_width(r, aligned), run_batch_task, &b);
+		dvar_ahead_stop(planned ? ctxs[0].ahead : NULL);
 	}
 	for (size_t k = 0; k < n && !rc; k++)
 		if (r->vars[reqs[k].var].delta != DVAR_DELTA_WHOLE)

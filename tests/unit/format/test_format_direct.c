@@ -7,7 +7,7 @@
  * aligned like the file, TensorFlow tensors at unaligned offsets, several
  * threads reading through one reader; damage is still found on every path.
  * A read that can only go through the page cache runs on at most as many
- * threads as CPUs.
+ * threads as CPUs, and reads ahead of its tasks when it is cold.
  */
 #include <fcntl.h>
 #include <pthread.h>
@@ -19,6 +19,7 @@
 
 #include "testutil.h"
 #include "dvar/dvar.h"
+#include "format/ahead.h"
 #include "format/format.h"
 #include "format/tf.h"
 
@@ -103,6 +104,7 @@ static int teardown(void **state)
 {
 	fixture *f = *state;
 	dvar_reader__direct(DVAR_DIRECT_AUTO);
+	dvar_ahead__tune(0, 0);
 	free(f->ck);
 	free(f->tf);
 	free(f->want);
@@ -244,6 +246,77 @@ static void test_format_direct__cached(void **state)
 	assert_memory_equal(dst, f->want, n);
 	assert_int_equal(dvar_reader__bytes_direct(r), 0);
 	dvar_reader_free(r);
+	free(base);
+}
+
+/* Drops path's pages from the page cache: whether they went (tmpfs keeps them). */
+static int drop_pages(const char *path)
+{
+	int fd = open(path, O_RDONLY);
+	unsigned char in = 1;
+	assert_true(fd >= 0);
+	assert_int_equal(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+	void *m = mmap(NULL, 4096, PROT_READ, MAP_SHARED, fd, 0);
+	assert_true(m != MAP_FAILED);
+	assert_int_equal(mincore(m, 4096, &in), 0);
+	munmap(m, 4096);
+	close(fd);
+	return !(in & 1);
+}
+
+/* A cold read into a destination not aligned like the file goes through
+ * the page cache with the kernel asked to read ahead of its tasks (here
+ * from the first byte, one chunk ahead, so that the lead waits for the
+ * readers): whole, in row ranges, and batched, the values are the plain
+ * read's. A warm read asks nothing. */
+static void test_format_direct__ahead(void **state)
+{
+	fixture *f = *state;
+	const int64_t C = (int64_t)CHUNK_ROWS;
+	const int64_t ranges[][2] = { { 0, ROWS }, { C - 1, 3 * C + 1 }, { 5, ROWS - 5 } };
+	size_t n = (size_t)ROWS * ROW_BYTES;
+	char *data = tu_path(f->ck, "data-00000-of-00001");
+	void *base;
+	float *dst = buffer(n, 16, &base);
+	dvar_reader__direct(DVAR_DIRECT_AUTO);
+	dvar_ahead__tune(1, CHUNK);
+	for (size_t k = 0; k < sizeof(ranges) / sizeof(ranges[0]); k++) {
+		int64_t a = ranges[k][0], b = ranges[k][1];
+		int cold = drop_pages(data);
+		uint64_t before = dvar_ahead__advised();
+		dvar_reader *r = open_ok(f->ck);
+		memset(dst, 0, n);
+		assert_int_equal(read_rows(r, "big", a, b, 0, COLS, dst), DVAR_OK);
+		assert_rows(f, dst, a, b, 0, COLS);
+		assert_int_equal(dvar_reader__bytes_direct(r), 0);
+		print_message("ahead, rows %lld..%lld: %llu ranges advised%s\n", (long long)a,
+		              (long long)b, (unsigned long long)(dvar_ahead__advised() - before),
+		              cold ? "" : " (the page cache kept the file: not checked)");
+		if (cold)
+			assert_true(dvar_ahead__advised() > before);
+		dvar_reader_free(r);
+	}
+
+	/* Batched, "big" after "a", cold; then the same again, warm. */
+	float three[3];
+	for (int warm = 0; warm < 2; warm++) {
+		int cold = !warm && drop_pages(data);
+		uint64_t before = dvar_ahead__advised();
+		dvar_reader *r = open_ok(f->ck);
+		dvar_read_request req[2] = { { find_ok(r, "a"), NULL, three, sizeof(three) },
+			                     { find_ok(r, "big"), NULL, dst, n } };
+		memset(dst, 0, n);
+		assert_int_equal(dvar_reader_read_many(r, req, 2), DVAR_OK);
+		assert_memory_equal(dst, f->want, n);
+		assert_true(three[0] == 1 && three[1] == 2 && three[2] == 3);
+		if (cold)
+			assert_true(dvar_ahead__advised() > before);
+		if (warm)
+			assert_int_equal(dvar_ahead__advised(), before);
+		dvar_reader_free(r);
+	}
+	dvar_ahead__tune(0, 0);
+	free(data);
 	free(base);
 }
 
@@ -403,6 +476,16 @@ static void test_format_direct__damage(void **state)
 	/* Row C + 2B + 1 of "big": chunk 1, its third block. */
 	char *data = tu_path(f->ck, "data-00000-of-00001");
 	flip_byte(data, (off_t)(at + (uint64_t)(2 * B + 1) * ROW_BYTES + 8));
+	/* Read cold through the page cache, reading ahead. */
+	dvar_reader__direct(DVAR_DIRECT_AUTO);
+	dvar_ahead__tune(1, CHUNK);
+	drop_pages(data);
+	r = open_ok(f->ck);
+	float *skewed = (float *)((char *)base + 16);
+	assert_int_equal(read_rows(r, "big", 0, ROWS - 1, 0, COLS, skewed), DVAR_ECORRUPT);
+	tu_assert_error_contains("checksum mismatch in block 2");
+	dvar_reader_free(r);
+	dvar_ahead__tune(0, 0);
 	for (size_t m = 0; m < sizeof(modes) / sizeof(modes[0]); m++) {
 		dvar_reader__direct(modes[m]);
 		r = open_ok(f->ck);
@@ -446,6 +529,7 @@ int main(void)
 		cmocka_unit_test(test_format_direct__cached),
 		cmocka_unit_test(test_format_direct__width),
 		cmocka_unit_test(test_format_direct__edges),
+		cmocka_unit_test(test_format_direct__ahead),
 		cmocka_unit_test(test_format_direct__tf_rows),
 		cmocka_unit_test(test_format_direct__threads),
 		cmocka_unit_test(test_format_direct__damage),
