@@ -809,19 +809,32 @@ static int pack_chunks(const add_ctx *ctx, size_t n)
  * Compressed chunks take their offsets as they finish. Small slices are
  * packed instead.
  */
+/* The file space chunks first .. first+n-1 of se may take: stored bytes
+ * are at most the raw ones, padded. */
+static uint64_t room_for(const dvar_slice_entry *se, size_t first, size_t n)
+{
+	uint64_t bytes = 0;
+	for (size_t i = first; i < first + n; i++)
+		bytes += padded_len(dvar_chunk_raw_len(se, i));
+	return bytes;
+}
+
+/* Raw-only writes: chunks first .. first+n-1 of se get their offsets in order. */
+static void preassign(const add_ctx *ctx, size_t n)
+{
+	if (ctx->preassigned)
+		for (size_t i = ctx->first; i < ctx->first + n; i++)
+			ctx->se->chunks[i].offset = reserve(ctx->w, padded_len(dvar_chunk_raw_len(ctx->se, i)));
+}
+
 static int write_chunks(dvar_writer *w, dvar_slice_entry *se, size_t first, size_t n,
                         const unsigned char *data, unsigned char *const *stage)
 {
 	add_ctx ctx = { w, se, first, data, stage, w->opts.compress == DVAR_COMPRESS_NONE };
 	if (packed(w, se))
 		return n ? pack_chunks(&ctx, n) : DVAR_OK;
-	uint64_t bytes = 0; /* stored bytes are at most the raw ones */
-	for (size_t i = first; i < first + n; i++)
-		bytes += padded_len(dvar_chunk_raw_len(se, i));
-	prealloc(w, atomic_load(&w->next_offset) + bytes);
-	if (ctx.preassigned)
-		for (size_t i = first; i < first + n; i++)
-			se->chunks[i].offset = reserve(w, padded_len(dvar_chunk_raw_len(se, i)));
+	prealloc(w, atomic_load(&w->next_offset) + room_for(se, first, n));
+	preassign(&ctx, n);
 	return dvar_pool_for(w->pool, n, write_chunk, &ctx);
 }
 
@@ -1041,6 +1054,121 @@ int dvar_writer_add(dvar_writer *w, const char *name, int dtype, const dvar_shap
 		return fail_slice(w, vi);
 	close_slice(w, vi);
 	return DVAR_OK;
+}
+
+/* ------------------------------------------------------- many at once */
+
+/* A group of dvar_writer_add_many: slices of distinct variables, reserved. */
+typedef struct {
+	add_ctx *ctxs;     /* one per slice, in request order */
+	size_t *vi;        /* each slice's variable */
+	size_t *first;     /* first[k]: the group's index of slice k's first chunk; first[n] = all */
+	size_t n;
+	atomic_size_t failed; /* the first slice whose chunk failed, or SIZE_MAX */
+} add_group;
+
+static int run_group_task(void *vg, size_t i)
+{
+	add_group *g = vg;
+	size_t lo = 0, hi = g->n;
+	while (hi - lo > 1) { /* the last slice whose first chunk is at or before i */
+		size_t mid = lo + (hi - lo) / 2;
+		if (g->first[mid] <= i)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	int rc = write_chunk(&g->ctxs[lo], i - g->first[lo]);
+	if (rc) {
+		size_t was = atomic_load(&g->failed);
+		while (lo < was && !atomic_compare_exchange_weak(&g->failed, &was, lo))
+			;
+	}
+	return rc;
+}
+
+/*
+ * Write the reserved slices of a group, small ones packed on this thread
+ * and the rest in one pool loop, with their file space allocated at once;
+ * then count them. On failure every slice of the group is dropped and the
+ * writer is unusable.
+ */
+static int write_group(dvar_writer *w, add_group *g)
+{
+	size_t total = 0, bad = SIZE_MAX;
+	uint64_t room = 0;
+	int rc = DVAR_OK;
+	for (size_t k = 0; k < g->n && !rc; k++) {
+		add_ctx *c = &g->ctxs[k];
+		g->first[k] = total;
+		if (packed(w, c->se)) {
+			if ((rc = c->se->num_chunks ? pack_chunks(c, c->se->num_chunks) : DVAR_OK))
+				bad = k;
+			continue;
+		}
+		total += c->se->num_chunks;
+		room += room_for(c->se, 0, c->se->num_chunks);
+	}
+	g->first[g->n] = total;
+	if (!rc) {
+		prealloc(w, atomic_load(&w->next_offset) + room);
+		for (size_t k = 0; k < g->n; k++)
+			if (!packed(w, g->ctxs[k].se))
+				preassign(&g->ctxs[k], g->ctxs[k].se->num_chunks);
+		atomic_store(&g->failed, SIZE_MAX);
+		/* Packed slices hold no pool chunks: their first[] is the next one's. */
+		if ((rc = dvar_pool_for(w->pool, total, run_group_task, g)))
+			bad = atomic_load(&g->failed);
+	}
+	if (rc) {
+		const char *name = bad < g->n ? w->vars[g->vi[bad]].name : NULL;
+		for (size_t k = 0; k < g->n; k++)
+			dvar_slice_entry_clear(g->ctxs[k].se);
+		w->broken = 1;
+		return name ? dvar_error_prefix("variable '%s'", name) : rc;
+	}
+	for (size_t k = 0; k < g->n; k++)
+		close_slice(w, g->vi[k]);
+	g->n = 0;
+	return DVAR_OK;
+}
+
+int dvar_writer_add_many(dvar_writer *w, const dvar_write_request *reqs, size_t n)
+{
+	if (!w || (n && !reqs))
+		return dvar_error_set(DVAR_EINVAL, "dvar_writer_add_many: NULL argument");
+	add_group g = { calloc(n ? n : 1, sizeof(add_ctx)), malloc((n ? n : 1) * sizeof(size_t)),
+		        malloc((n + 1) * sizeof(size_t)), 0, SIZE_MAX };
+	int rc = g.ctxs && g.vi && g.first ? DVAR_OK : dvar_error_set(DVAR_ENOMEM, "out of memory");
+	for (size_t k = 0; k < n && !rc; k++) {
+		const dvar_write_request *q = &reqs[k];
+		if (!q->full) {
+			rc = dvar_error_set(DVAR_EINVAL, "dvar_writer_add_many: request %zu has no shape", k);
+			break;
+		}
+		/* A variable's reserved slice is its next entry: one per group. */
+		const dvar_var_entry *v = q->name ? find_var(w, q->name) : NULL;
+		for (size_t j = 0; v && j < g.n && !rc; j++)
+			if (g.vi[j] == (size_t)(v - w->vars))
+				rc = write_group(w, &g);
+		size_t vi;
+		if (rc || (rc = open_slice(w, q->name, q->dtype, q->full, q->slice, q->data != NULL, &vi)))
+			break;
+		dvar_var_entry *var = &w->vars[vi];
+		g.ctxs[g.n] = (add_ctx){ w, &var->slices[var->num_slices], 0, q->data, NULL,
+			                 w->opts.compress == DVAR_COMPRESS_NONE };
+		g.vi[g.n++] = vi;
+	}
+	/* The requests before a failed check are added, as separate adds would be. */
+	if (g.n && !w->broken) {
+		int wrc = write_group(w, &g);
+		if (!rc)
+			rc = wrc;
+	}
+	free(g.ctxs);
+	free(g.vi);
+	free(g.first);
+	return rc;
 }
 
 /* ------------------------------------------------------- streamed slices */

@@ -632,20 +632,27 @@ static int add_delta(dvar_writer *w, const item *it, int declared)
 	return rc;
 }
 
-static int add_item(dvar_writer *w, const item *it, int declared)
+/* One shard is a plain entry, as TF writes a full slice. */
+static int sliced(const item *it)
 {
-	/* One shard is a plain entry, as TF writes a full slice. */
-	int sliced = it->kind == KIND_SHARDED && it->nshards > 1;
-	int kind = it->kind == KIND_SHARDED && !sliced ? KIND_PLAIN : it->kind;
-	int rc = it->delta != DVAR_DELTA_WHOLE
-	                 ? add_delta(w, it, declared)
-	                 : dvar_writer_add(w, it->name, it->dtype, &it->shape,
-	                                   sliced ? &it->slice : NULL, it->data);
+	return it->kind == KIND_SHARDED && it->nshards > 1;
+}
+
+/* An item saved whole, as a request of dvar_writer_add_many. */
+static dvar_write_request whole_request(const item *it)
+{
+	return (dvar_write_request){ it->name, it->dtype, &it->shape, sliced(it) ? &it->slice : NULL,
+		                     it->data };
+}
+
+/* An item's attributes, once its value is added. */
+static int set_attrs(dvar_writer *w, const item *it)
+{
+	int kind = it->kind == KIND_SHARDED && !sliced(it) ? KIND_PLAIN : it->kind;
+	int rc = dvar_writer_set_attr(w, it->name, DVAR_STORE_ATTR_KIND, kind_names[kind]);
 	char count[24];
 
-	if (rc == DVAR_OK)
-		rc = dvar_writer_set_attr(w, it->name, DVAR_STORE_ATTR_KIND, kind_names[kind]);
-	if (rc == DVAR_OK && sliced) {
+	if (rc == DVAR_OK && sliced(it)) {
 		snprintf(count, sizeof count, "%lld", (long long)it->nshards);
 		rc = dvar_writer_set_attr(w, it->name, DVAR_SHARDING_ATTR_SHARDS, count);
 		if (rc == DVAR_OK)
@@ -666,14 +673,33 @@ static int add_item(dvar_writer *w, const item *it, int declared)
 	return rc;
 }
 
+/* This worker's items saved whole, all in one dvar_writer_add_many: the
+ * chunks of many small variables in flight together. */
+static int add_whole_items(save_job *j)
+{
+	dvar_write_request *req = malloc((j->n ? j->n : 1) * sizeof *req);
+	size_t n = 0;
+	int rc;
+
+	if (!req)
+		return dvar_error_set(DVAR_ENOMEM, "out of memory");
+	for (size_t i = 0; i < j->n; i++)
+		if (j->items[i].writer == j->worker && j->items[i].delta == DVAR_DELTA_WHOLE)
+			req[n++] = whole_request(&j->items[i]);
+	rc = dvar_writer_add_many(j->w, req, n);
+	free(req);
+	return rc;
+}
+
 /* This worker's items into its part, then the part's entries: no MPI, so
  * it may run in the background while the coordinator goes on. */
 static void *write_part(void *arg)
 {
 	save_job *j = arg;
-	int rc = DVAR_OK;
+	int rc;
 
 	dvar_store_checksum_deferred(j);
+	rc = add_whole_items(j);
 	const char *last = NULL; /* the variable this part wrote last */
 	for (size_t i = 0; i < j->n && rc == DVAR_OK; i++) {
 		const item *it = &j->items[i];
@@ -682,7 +708,10 @@ static void *write_part(void *arg)
 			continue;
 		/* An unchanged sharded variable is declared once per part (its
 		 * items are consecutive). */
-		rc = add_item(j->w, it, last && strcmp(last, it->name) == 0);
+		if (it->delta != DVAR_DELTA_WHOLE)
+			rc = add_delta(j->w, it, last && strcmp(last, it->name) == 0);
+		if (rc == DVAR_OK)
+			rc = set_attrs(j->w, it);
 		last = it->name;
 	}
 	if (rc == DVAR_OK)

@@ -109,6 +109,29 @@ DVAR_EXTERN(int) dvar_writer_add(dvar_writer *w, const char *name, int dtype,
                                  const dvar_shape *full, const dvar_slice *slice,
                                  const void *data);
 
+/** One variable or slice of dvar_writer_add_many: as dvar_writer_add's arguments. */
+typedef struct dvar_write_request {
+	const char *name;
+	int dtype;
+	const dvar_shape *full;
+	const dvar_slice *slice; /* NULL for all of it */
+	const void *data;        /* borrowed for the call */
+} dvar_write_request;
+
+/**
+ * n adds, each as dvar_writer_add would do it, in order, with the chunks of
+ * all of them written together: many variables of a few chunks each are
+ * saved as fast as one large one, where one add at a time would wait for
+ * each in turn (one chunk: one write in flight). The bytes are written
+ * before the call returns. A request that fails its checks (name, dtype,
+ * shape, slice) returns that error, naming its variable, with the requests
+ * before it added and the writer usable, as the same dvar_writer_add calls
+ * would leave it; a failed write leaves the writer unusable. Several slices
+ * of one variable may be in one call; they are written one group after the
+ * other.
+ */
+DVAR_EXTERN(int) dvar_writer_add_many(dvar_writer *w, const dvar_write_request *reqs, size_t n);
+
 /*
  * Streamed slices: the same as dvar_writer_add, for data that arrives in
  * pieces (read from another checkpoint, received from the network, ...):
