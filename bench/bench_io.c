@@ -5,8 +5,9 @@
  * Each run writes and reads --size-mb of float32 tensors in several shapes
  * (dense, row-sparse, element-sparse) and times raw file I/O of the same
  * bytes, so every ratio compares figures taken minutes apart on the same
- * disk. A save is timed from dvar_writer_open to the end of
- * dvar_writer_commit (fsyncs included); a restore from dvar_reader_open to
+ * disk. A save (one dvar_writer_add_many of every tensor) is timed from
+ * dvar_writer_open to the end of dvar_writer_commit (fsyncs included), each mode twice per run in a
+ * mirrored order; a restore from dvar_reader_open to
  * the end of one dvar_reader_read_many of every tensor (the goal), and of
  * one dvar_reader_read per tensor, the two taking turns to go first. Reads
  * are cold when the page cache can be
@@ -235,18 +236,23 @@ static double save(const char *dir, const layout *l, const void *src, dvar_compr
 	dvar_writer *w = NULL;
 	double t0;
 
+	dvar_write_request *req = calloc(l->n ? l->n : 1, sizeof *req);
+
+	if (!req)
+		bench_fatal("out of memory");
+	for (size_t i = 0; i < l->n; i++)
+		req[i] = (dvar_write_request){ l->t[i].name, DVAR_FLOAT32, &l->t[i].shape, NULL,
+			                       (const char *)src + l->t[i].offset };
 	opts.compress = compress;
 	opts.threads = g.threads;
 	bench_drop_caches();
 	t0 = bench_now();
 	bench_check(dvar_writer_open(&w, dir, &opts), "dvar_writer_open");
-	for (size_t i = 0; i < l->n; i++)
-		bench_check(dvar_writer_add(w, l->t[i].name, DVAR_FLOAT32, &l->t[i].shape, NULL,
-		                      (const char *)src + l->t[i].offset),
-		      l->t[i].name);
+	bench_check(dvar_writer_add_many(w, req, l->n), "dvar_writer_add_many");
 	bench_check(dvar_writer_commit(w), "dvar_writer_commit");
 	t0 = bench_now() - t0;
 	dvar_writer_free(w);
+	free(req);
 	return t0;
 }
 
@@ -343,11 +349,16 @@ static uint64_t find_page(const char *path, const void *want)
 	return 0;
 }
 
+/* Pairs of (e) reads per call: one pair's ratio moves by 20 % with the
+ * host, the median of several much less. */
+#define PARTIAL_PAIRS 5
+
 /* (e), cold: dvar_reader_open and the read, and the same bytes read raw
  * from where they lie in the checkpoint's data file (the tensor's chunks
  * lie there in order: it was saved with NONE), open included; the two take
- * turns to go first. */
-static void bench_partial(const char *dir, const tensor *t, const void *src, void *dst)
+ * turns to go first, PARTIAL_PAIRS times, and each side's median time is
+ * recorded when record is set. */
+static void bench_partial(const char *dir, const tensor *t, const void *src, void *dst, int record_it)
 {
 	uint64_t row_bytes = t->bytes / (uint64_t)t->shape.dims[0], got;
 	const unsigned char *want;
@@ -362,41 +373,47 @@ static void bench_partial(const char *dir, const tensor *t, const void *src, voi
 	snprintf(data, sizeof(data), "%s/data-00000-of-00001", dir);
 	uint64_t at = find_page(data, want);
 
-	int raw_first = g.s[S_PARTIAL].n % 2 == 0;
-	for (int k = 0; k < 2; k++) {
-		if ((k == 0) == raw_first) {
+	double raw[PARTIAL_PAIRS], whole[PARTIAL_PAIRS], alone[PARTIAL_PAIRS];
+	for (int p = 0; p < PARTIAL_PAIRS; p++)
+		for (int k = 0; k < 2; k++) {
+			if (k == p % 2) {
+				memset(dst, 0, need);
+				raw[p] = bench_raw_read_range(data, dst, at, need, 4, g.cold);
+				if (memcmp(dst, want, need))
+					bench_fatal("%s: the bytes of (e) are not one run at %llu", data,
+					            (unsigned long long)at);
+				continue;
+			}
 			memset(dst, 0, need);
-			record(S_RAW_RANGE, need, bench_raw_read_range(data, dst, at, need, 4, g.cold));
+			bench_drop_caches();
+			t0 = bench_now();
+			r = open_reader(dir);
+			double t1 = bench_now();
+			bench_check(dvar_reader_find(r, t->name, &v), "dvar_reader_find");
+			bench_check(dvar_reader_read(r, v, &sl, dst, need), "partial dvar_reader_read");
+			alone[p] = bench_now() - t1;
+			whole[p] = bench_now() - t0;
+			got = dvar_reader_bytes_read(r);
+			dvar_reader_free(r);
 			if (memcmp(dst, want, need))
-				bench_fatal("%s: the bytes of (e) are not one run at %llu", data,
-				            (unsigned long long)at);
-			continue;
+				bench_fatal("partial read returned wrong bytes");
+			if ((double)got / need > g.s[S_PARTIAL].bytes_ratio)
+				g.s[S_PARTIAL].bytes_ratio = (double)got / need;
 		}
-		memset(dst, 0, need);
-		bench_drop_caches();
-		t0 = bench_now();
-		r = open_reader(dir);
-		double t1 = bench_now();
-		bench_check(dvar_reader_find(r, t->name, &v), "dvar_reader_find");
-		bench_check(dvar_reader_read(r, v, &sl, dst, need), "partial dvar_reader_read");
-		record(S_PARTIAL_READ, need, bench_now() - t1);
-		t0 = bench_now() - t0;
-		got = dvar_reader_bytes_read(r);
-		dvar_reader_free(r);
-		if (memcmp(dst, want, need))
-			bench_fatal("partial read returned wrong bytes");
-		record(S_PARTIAL, need, t0);
-		if ((double)got / need > g.s[S_PARTIAL].bytes_ratio)
-			g.s[S_PARTIAL].bytes_ratio = (double)got / need;
-	}
+	if (!record_it)
+		return;
+	record(S_RAW_RANGE, need, bench_median(raw, PARTIAL_PAIRS));
+	record(S_PARTIAL_READ, need, bench_median(alone, PARTIAL_PAIRS));
+	record(S_PARTIAL, need, bench_median(whole, PARTIAL_PAIRS));
 }
 
-/* (d) on the dense checkpoint saved with AUTO, (e) on the one saved with NONE. */
+/* (d) on the dense checkpoint saved with AUTO, (e) on the one saved with
+ * NONE; recorded when record_it is set. */
 static void bench_reads(const char *dir, dvar_compress mode, const layout *l, const void *src,
-                        void *dst)
+                        void *dst, int record_it)
 {
 	if (mode == DVAR_COMPRESS_NONE) {
-		bench_partial(dir, &l->t[0], src, dst);
+		bench_partial(dir, &l->t[0], src, dst, record_it);
 		return;
 	}
 	/* Batched first in even runs, one at a time first in odd ones. */
@@ -405,49 +422,63 @@ static void bench_reads(const char *dir, dvar_compress mode, const layout *l, co
 		int batched = k ? !first : first;
 		memset(dst, 0, g.size);
 		bench_drop_caches();
-		record(batched ? S_RESTORE : S_RESTORE_ONE, g.size, restore(dir, l, dst, batched));
+		double t = restore(dir, l, dst, batched);
+		if (record_it)
+			record(batched ? S_RESTORE : S_RESTORE_ONE, g.size, t);
 		if (memcmp(src, dst, g.size) != 0)
 			bench_fatal("cold restore returned wrong bytes");
 	}
 }
 
+typedef void (*read_back_fn)(const char *dir, dvar_compress mode, const layout *l,
+                             const void *src, void *dst, int record_it);
+
 /*
- * Save src once per mode, starting with another mode each run, and delete
- * each checkpoint before the next save: on a disk mounted with `discard` a
- * save right after a big delete runs slower, so every save follows one.
- * read_back, when given, runs on each checkpoint before it is deleted.
+ * Save src twice per mode, in an order that reads the same both ways
+ * (A B B A; B A A B in odd runs), and record each mode's two saves as one
+ * figure: whichever save comes first after some other work runs up to 15 %
+ * slower or faster on this VM, whatever its mode, and a mirrored order
+ * gives every mode each place once. Each checkpoint is deleted before the
+ * next save (on a disk mounted with `discard` a save right after a big
+ * delete runs slower, so every save follows one); read_back, when given,
+ * runs on each before it is deleted, so that every save follows the same
+ * work, and records the first pass only.
  */
 static void bench_saves(int run, const layout *l, const void *src, void *dst,
-                        const dvar_compress *modes, const int *which, int n,
-                        void (*read_back)(const char *dir, dvar_compress mode, const layout *l,
-                                          const void *src, void *dst))
+                        const dvar_compress *modes, const int *which, int n, read_back_fn read_back)
 {
+	double secs[3] = { 0, 0, 0 };
 	char dir[4096];
 
 	snprintf(dir, sizeof(dir), "%s/ckpt", bench_scratch());
-	for (int k = 0; k < n; k++) {
-		int i = (run + k) % n;
-		record(which[i], g.size, save(dir, l, src, modes[i]));
+	for (int k = 0; k < 2 * n; k++) {
+		int i = (run + (k < n ? k : 2 * n - 1 - k)) % n;
+		secs[i] += save(dir, l, src, modes[i]);
 		g.s[which[i]].bytes_ratio = stored_over_raw(dir);
-		if (run == 0)
+		if (run == 0 && k < n)
 			check_roundtrip(dir, l, src, dst);
 		if (read_back)
-			read_back(dir, modes[i], l, src, dst);
+			read_back(dir, modes[i], l, src, dst, k < n);
 		bench_remove_tree(dir);
 	}
+	for (int i = 0; i < n; i++)
+		record(which[i], 2 * g.size, secs[i]);
 }
 
 /*
- * An untimed save, deleted: whichever save came first after the raw I/O ran
- * 15-20 % slower than the one after it, whatever its mode (AUTO 0.86-0.92
- * GB/s first, 1.11-1.19 second, over 4 runs), so neither goes first.
+ * An untimed save, read back when read_back is given, and deleted: the
+ * first save after the raw I/O ran 15-20 % slower than the one after it,
+ * whatever its mode (AUTO 0.86-0.92 GB/s first, 1.11-1.19 second, over 4
+ * runs), so no timed save comes first, and each follows what the others do.
  */
-static void settle(const layout *l, const void *src)
+static void settle(const layout *l, const void *src, void *dst, read_back_fn read_back)
 {
 	char dir[4096];
 
 	snprintf(dir, sizeof(dir), "%s/ckpt", bench_scratch());
 	save(dir, l, src, DVAR_COMPRESS_NONE);
+	if (read_back)
+		read_back(dir, DVAR_COMPRESS_NONE, l, src, dst, 0);
 	bench_remove_tree(dir);
 }
 
@@ -486,7 +517,7 @@ static void one_run(int run, const layout *mixed, const layout *table, const lay
 	fprintf(stderr, "run %d/%d:", run + 1, g.runs);
 	fill_dense(src, g.size / 4);
 	bench_raw(src, dst);
-	settle(mixed, src);
+	settle(mixed, src, dst, bench_reads);
 	bench_saves(run, mixed, src, dst, auto_none, dense, 2, bench_reads);
 	bench_small(run, small, src, dst);
 
