@@ -6,7 +6,8 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
-#include <sys/uio.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "format/ahead.h"
 
@@ -19,7 +20,7 @@
 #define AHEAD_MIN ((uint64_t)16 << 20)
 
 static atomic_uint_least64_t ahead_min = AHEAD_MIN, ahead_window = AHEAD_WINDOW;
-static atomic_uint_least64_t advised; /* ranges, for tests */
+static atomic_uint_least64_t leads, advised; /* threads started and ranges advised, for tests */
 
 void dvar_ahead__tune(uint64_t min, uint64_t window)
 {
@@ -27,9 +28,10 @@ void dvar_ahead__tune(uint64_t min, uint64_t window)
 	atomic_store(&ahead_window, window ? window : AHEAD_WINDOW);
 }
 
-uint64_t dvar_ahead__advised(void)
+void dvar_ahead__stats(uint64_t *started, uint64_t *ranges)
 {
-	return atomic_load(&advised);
+	*started = atomic_load(&leads);
+	*ranges = atomic_load(&advised);
 }
 
 struct dvar_ahead {
@@ -43,19 +45,21 @@ struct dvar_ahead {
 	pthread_t thread;
 };
 
-/* Whether a byte of the range is in the page cache (a read that would not
- * wait). Without RWF_NOWAIT, or where it is refused, nothing is. */
+/* Whether the page holding byte at of fd is in the page cache. mincore on
+ * a mapping of it: a read that would not wait (RWF_NOWAIT) still starts
+ * the kernel's readahead, and a probe must fetch nothing. */
 static int byte_cached(int fd, uint64_t at)
 {
-#ifdef RWF_NOWAIT
-	char c;
-	struct iovec io = { &c, 1 };
-	return preadv2(fd, &io, 1, (off_t)at, RWF_NOWAIT) == 1;
-#else
-	(void)fd;
-	(void)at;
-	return 0;
-#endif
+	long page = sysconf(_SC_PAGESIZE);
+	unsigned char in = 0;
+	if (page <= 0)
+		page = 4096;
+	void *m = mmap(NULL, (size_t)page, PROT_READ, MAP_SHARED, fd, (off_t)(at - at % (uint64_t)page));
+	if (m == MAP_FAILED)
+		return 0;
+	int cached = mincore(m, (size_t)page, &in) == 0 && (in & 1);
+	munmap(m, (size_t)page);
+	return cached;
 }
 
 /* Its first and last byte cached: a warm range, whose advice would cost a
@@ -103,8 +107,10 @@ dvar_ahead *dvar_ahead_start(dvar_ahead_range *ranges, size_t n)
 	a->n = n;
 	pthread_mutex_init(&a->lock, NULL);
 	pthread_cond_init(&a->moved, NULL);
-	if (pthread_create(&a->thread, NULL, lead, a) == 0)
+	if (pthread_create(&a->thread, NULL, lead, a) == 0) {
+		atomic_fetch_add(&leads, 1);
 		return a;
+	}
 	pthread_cond_destroy(&a->moved);
 	pthread_mutex_destroy(&a->lock);
 	free(a);

@@ -44,9 +44,10 @@ void dvar_ahead_started(dvar_ahead *a, size_t i);
 void dvar_ahead_stop(dvar_ahead *a);
 
 /* For tests: the smallest read worth the thread and the window ahead of the
- * tasks started (0: the defaults), and the ranges advised so far. */
+ * tasks started (0: the defaults); the threads started and the ranges
+ * advised so far. */
 void dvar_ahead__tune(uint64_t min, uint64_t window);
-uint64_t dvar_ahead__advised(void);
+void dvar_ahead__stats(uint64_t *started, uint64_t *ranges);
 
 DVAR_END_DECL
 

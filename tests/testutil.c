@@ -99,6 +99,27 @@ static int rm_one(const char *path, const struct stat *st, int flag, struct FTW 
 	return 0;
 }
 
+unsigned char *tu_slurp(const char *path, size_t *len)
+{
+	FILE *f = fopen(path, "rb");
+	unsigned char *buf = NULL;
+	long n = -1;
+	if (f && fseek(f, 0, SEEK_END) == 0)
+		n = ftell(f);
+	if (n >= 0 && fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)n + 1)) &&
+	    fread(buf, 1, (size_t)n, f) == (size_t)n) {
+		fclose(f);
+		*len = (size_t)n;
+		return buf;
+	}
+	int err = errno;
+	if (f)
+		fclose(f);
+	free(buf);
+	fail_msg("read %s: %s", path, strerror(err));
+	return NULL;
+}
+
 void tu_rmtree(const char *path)
 {
 	if (path)

@@ -43,6 +43,9 @@ void tu_rmtree(const char *path);
 /** Join path parts with '/'; the result is malloc'ed. */
 char *tu_path(const char *a, const char *b);
 
+/** A whole file, malloc'ed (one byte more than *len), or fail_msg saying why. */
+unsigned char *tu_slurp(const char *path, size_t *len);
+
 /** Fill buf with deterministic pseudo-random bytes from seed. */
 void tu_fill_random(void *buf, size_t len, uint64_t seed);
 

@@ -164,19 +164,6 @@ static void every_mode(void **state)
 	}
 }
 
-static unsigned char *slurp(const char *path, size_t *len)
-{
-	FILE *fp = fopen(path, "rb");
-	assert_non_null(fp);
-	fseek(fp, 0, SEEK_END);
-	*len = (size_t)ftell(fp);
-	fseek(fp, 0, SEEK_SET);
-	unsigned char *b = malloc(*len + 1);
-	assert_int_equal(fread(b, 1, *len, fp), *len);
-	fclose(fp);
-	return b;
-}
-
 /* With NONE, one thread and four lay the data file out alike. */
 static void same_file_any_threads(void **state)
 {
@@ -186,7 +173,7 @@ static void same_file_any_threads(void **state)
 	save_many(f, four, DVAR_COMPRESS_NONE, 4);
 	char *d1 = tu_path(one, "data-00000-of-00001"), *d4 = tu_path(four, "data-00000-of-00001");
 	size_t n1, n4;
-	unsigned char *b1 = slurp(d1, &n1), *b4 = slurp(d4, &n4);
+	unsigned char *b1 = tu_slurp(d1, &n1), *b4 = tu_slurp(d4, &n4);
 	assert_int_equal(n1, n4);
 	assert_memory_equal(b1, b4, n1);
 	free(b1);

@@ -120,22 +120,6 @@ static void read_all(const char *ck, campaign *c)
 	dvar_reader_free(r);
 }
 
-static unsigned char *slurp(const char *path, size_t *n)
-{
-	FILE *f = fopen(path, "rb");
-	unsigned char *buf;
-
-	assert_non_null(f);
-	fseek(f, 0, SEEK_END);
-	*n = (size_t)ftell(f);
-	fseek(f, 0, SEEK_SET);
-	buf = malloc(*n + 1);
-	assert_non_null(buf);
-	assert_int_equal(fread(buf, 1, *n, f), *n);
-	fclose(f);
-	return buf;
-}
-
 static void spill(const char *path, const unsigned char *buf, size_t n)
 {
 	FILE *f = fopen(path, "wb");
@@ -160,7 +144,7 @@ static void test_format_campaign__no_silent_corruption(void **state)
 	assert_int_equal(c.errors + c.wrong, 0); /* the undamaged checkpoint reads right */
 
 	/* Every byte of the index. */
-	unsigned char *ix = slurp(index, &n);
+	unsigned char *ix = tu_slurp(index, &n);
 	for (size_t at = 0; at < n; at++) {
 		ix[at] ^= 0xff;
 		spill(index, ix, n);
@@ -179,7 +163,7 @@ static void test_format_campaign__no_silent_corruption(void **state)
 
 	/* A sample of data bytes, one at a time. */
 	for (int f = 0; f < 2; f++) {
-		unsigned char *d = slurp(files[f], &n);
+		unsigned char *d = tu_slurp(files[f], &n);
 		for (int t = 0; t < 300; t++) {
 			size_t at = (size_t)(tu_rand(&seed) % n);
 			unsigned char x = (unsigned char)(1 + tu_rand(&seed) % 255);
@@ -194,7 +178,7 @@ static void test_format_campaign__no_silent_corruption(void **state)
 	}
 	/* The data files cut short. */
 	for (int f = 0; f < 2; f++) {
-		unsigned char *d = slurp(files[f], &n);
+		unsigned char *d = tu_slurp(files[f], &n);
 		for (size_t keep = 0; keep < n; keep += n / 40 + 1) {
 			spill(files[f], d, keep);
 			read_all(ck, &c);

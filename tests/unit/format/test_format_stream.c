@@ -145,13 +145,6 @@ static void write_ckpt(const char *path, unsigned char **data, dvar_compress com
 	dvar_writer_free(w);
 }
 
-static unsigned char *slurp(const char *path, size_t *len)
-{
-	char *buf = NULL;
-	assert_int_equal(dvar_fs_read_file(path, &buf, len, (size_t)1 << 30), DVAR_OK);
-	return (unsigned char *)buf;
-}
-
 /* The two checkpoints' index and data files are the same bytes. */
 static void assert_same_files(const char *a, const char *b)
 {
@@ -159,7 +152,7 @@ static void assert_same_files(const char *a, const char *b)
 	for (size_t k = 0; k < 2; k++) {
 		char *pa = tu_path(a, names[k]), *pb = tu_path(b, names[k]);
 		size_t la, lb;
-		unsigned char *da = slurp(pa, &la), *db = slurp(pb, &lb);
+		unsigned char *da = tu_slurp(pa, &la), *db = tu_slurp(pb, &lb);
 		if (la != lb)
 			fail_msg("%s: %zu bytes whole, %zu streamed", names[k], la, lb);
 		assert_memory_equal(da, db, la);

@@ -24,15 +24,6 @@
 
 /* ---------------------------------------------------------------- helpers */
 
-static unsigned char *slurp(const char *path, size_t *len)
-{
-	char *buf = NULL;
-	int rc = dvar_fs_read_file(path, &buf, len, (size_t)1 << 30);
-	if (rc)
-		fail_msg("read %s: %s", path, dvar_error_last()->message);
-	return (unsigned char *)buf;
-}
-
 static char *cat(const char *a, const char *b)
 {
 	size_t n = strlen(a) + strlen(b) + 1;
@@ -83,7 +74,7 @@ static void assert_bytes(const unsigned char *got, size_t glen, const unsigned c
 static void assert_file(const char *path, const unsigned char *want, size_t wlen)
 {
 	size_t len;
-	unsigned char *got = slurp(path, &len);
+	unsigned char *got = tu_slurp(path, &len);
 	assert_bytes(got, len, want, wlen, path);
 	free(got);
 }
@@ -304,7 +295,7 @@ static void test_format_tfwriter__sharded_variable_example(void **state)
 	assert_non_null(src);
 	char *fixture = cat(src, "/fixtures/tf/sharded_variable/ckpt-1.index");
 	size_t n;
-	unsigned char *want = slurp(fixture, &n);
+	unsigned char *want = tu_slurp(fixture, &n);
 	assert_int_equal(n, 291);
 	free(fixture);
 	const int32_t values[4] = { 0, 1, 2, 3 };
@@ -497,7 +488,7 @@ static void test_format_tfwriter__string_tensor(void **state)
 
 	size_t n, len;
 	char *data = cat(prefix, ".data-00000-of-00001"), *index = cat(prefix, ".index");
-	unsigned char *got = slurp(data, &len);
+	unsigned char *got = tu_slurp(data, &len);
 	/* f, then words (16 bytes: lengths, their masked CRC, the bytes), then empty (no
 	 * lengths: mask(0)) and blank (one length 0: its u32 0 checksummed). */
 	unsigned char *words = unhex("0000803f" "0505b56f994f68656c6c6f776f726c64" "d8ea82a2"
@@ -764,7 +755,7 @@ static void test_format_tfwriter__large_tensor_streamed(void **state)
 
 	char *dpath = cat(prefix, ".data-00000-of-00001"), *index = cat(prefix, ".index");
 	size_t len;
-	unsigned char *got = slurp(dpath, &len);
+	unsigned char *got = tu_slurp(dpath, &len);
 	assert_int_equal(len, n + 4);
 	assert_memory_equal(got + 2, data, n);
 	entries e;
@@ -810,7 +801,7 @@ static void test_format_tfwriter__large_entry_starts_a_block(void **state)
 	dvar_tf_writer_free(w);
 	char *index = cat(prefix, ".index");
 	size_t len;
-	unsigned char *t = slurp(index, &len);
+	unsigned char *t = tu_slurp(index, &len);
 	uint64_t off[8], size[8];
 	assert_int_equal(data_blocks(t, len, off, size, 8), 3);
 	assert_int_equal(off[0], 0);
