@@ -132,6 +132,11 @@ int dvar_pool_for(dvar_pool *pool, size_t n, int (*fn)(void *ctx, size_t i), voi
 int dvar_pool_for_width(dvar_pool *pool, size_t n, int width, int (*fn)(void *ctx, size_t i),
                         void *ctx);
 
+/** In a loop over the tasks of n groups, first[k] being the index of group
+ * k's first task (ascending): the group of task i, the last k with
+ * first[k] <= i (of groups with no task, the one after). */
+size_t dvar_pool_group(const size_t *first, size_t n, size_t i);
+
 /* ---------------------------------------------------------------- stash */
 
 /* A thread-safe stack of reusable buffers (see stash.c). */

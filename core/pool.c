@@ -230,3 +230,16 @@ int dvar_pool_for_width(dvar_pool *pool, size_t n, int width, int (*fn)(void *ct
 	pthread_mutex_unlock(&pool->call_lock);
 	return rc;
 }
+
+size_t dvar_pool_group(const size_t *first, size_t n, size_t i)
+{
+	size_t lo = 0, hi = n;
+	while (hi - lo > 1) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (first[mid] <= i)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	return lo;
+}

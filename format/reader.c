@@ -1682,15 +1682,8 @@ typedef struct {
 static int run_batch_task(void *vb, size_t i)
 {
 	const batch *b = vb;
-	size_t lo = 0, hi = b->n;
-	while (hi - lo > 1) { /* the last ctx whose first task is at or before i */
-		size_t mid = lo + (hi - lo) / 2;
-		if (b->first[mid] <= i)
-			lo = mid;
-		else
-			hi = mid;
-	}
-	return run_task(&b->ctxs[lo], i - b->first[lo]);
+	size_t c = dvar_pool_group(b->first, b->n, i);
+	return run_task(&b->ctxs[c], i - b->first[c]);
 }
 
 int dvar_reader_read_many(dvar_reader *r, const dvar_read_request *reqs, size_t n)

@@ -1070,18 +1070,11 @@ typedef struct {
 static int run_group_task(void *vg, size_t i)
 {
 	add_group *g = vg;
-	size_t lo = 0, hi = g->n;
-	while (hi - lo > 1) { /* the last slice whose first chunk is at or before i */
-		size_t mid = lo + (hi - lo) / 2;
-		if (g->first[mid] <= i)
-			lo = mid;
-		else
-			hi = mid;
-	}
-	int rc = write_chunk(&g->ctxs[lo], i - g->first[lo]);
+	size_t k = dvar_pool_group(g->first, g->n, i);
+	int rc = write_chunk(&g->ctxs[k], i - g->first[k]);
 	if (rc) {
 		size_t was = atomic_load(&g->failed);
-		while (lo < was && !atomic_compare_exchange_weak(&g->failed, &was, lo))
+		while (k < was && !atomic_compare_exchange_weak(&g->failed, &was, k))
 			;
 	}
 	return rc;
