@@ -24,7 +24,7 @@ static const struct {
 	DVAR_ABI_TYPE(dvar_reshard_options), DVAR_ABI_TYPE(dvar_export_options),
 	DVAR_ABI_TYPE(dvar_import_source),  DVAR_ABI_TYPE(dvar_import_options),
 	DVAR_ABI_TYPE(dvar_read_request),   DVAR_ABI_TYPE(dvar_diff_options),
-	DVAR_ABI_TYPE(dvar_var_diff),
+	DVAR_ABI_TYPE(dvar_var_diff),       DVAR_ABI_TYPE(dvar_write_request),
 };
 
 size_t dvar_abi_sizeof(const char *type_name)

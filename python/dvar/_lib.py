@@ -46,6 +46,11 @@ class ReadRequest(Structure):
                 ("dst_bytes", c_size_t)]
 
 
+class WriteRequest(Structure):
+    _fields_ = [("name", c_char_p), ("dtype", c_int), ("full", POINTER(Shape)),
+                ("slice", POINTER(Slice)), ("data", c_void_p)]
+
+
 PROGRESS_FN = CFUNCTYPE(None, c_void_p, c_uint64, c_uint64)
 NOTE_FN = CFUNCTYPE(None, c_void_p, c_char_p)
 WRITTEN_FN = CFUNCTYPE(None, c_void_p, c_char_p, c_uint64)
@@ -139,6 +144,7 @@ MIRRORS = {
     "dvar_reshard_options": ReshardOptions, "dvar_export_options": ExportOptions,
     "dvar_import_source": ImportSource, "dvar_import_options": ImportOptions,
     "dvar_read_request": ReadRequest, "dvar_diff_options": DiffOptions,
+    "dvar_write_request": WriteRequest,
     "dvar_var_diff": VarDiff,
 }
 
@@ -181,6 +187,7 @@ PROTOTYPES = {
     "dvar_writer_open": (c_int, [_pvp, c_char_p, POINTER(WriteOptions)]),
     "dvar_writer_open_step": (c_int, [_pvp, c_char_p, c_int64, POINTER(WriteOptions)]),
     "dvar_writer_add": (c_int, [_vp, c_char_p, c_int, POINTER(Shape), POINTER(Slice), _vp]),
+    "dvar_writer_add_many": (c_int, [_vp, POINTER(WriteRequest), c_size_t]),
     "dvar_writer_begin_slice": (c_int, [_vp, c_char_p, c_int, POINTER(Shape), POINTER(Slice)]),
     "dvar_writer_write": (c_int, [_vp, _vp, c_size_t]),
     "dvar_writer_end_slice": (c_int, [_vp]),

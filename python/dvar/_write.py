@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from ctypes import byref, c_int64, c_void_p
+from ctypes import byref, c_int64, c_void_p, pointer
 from typing import Any, Iterator, Mapping, Optional
 
 import numpy as np
 
 from . import _dtypes
 from ._errors import InvalidArgument, EINVAL
-from ._lib import (PROGRESS_FN, MAX_RANK, WriteOptions, check, enc, fspath, lib,
+from ._lib import (PROGRESS_FN, MAX_RANK, WriteOptions, WriteRequest, check, enc, fspath, lib,
                    shape_struct, slice_struct, OPTIONS_VERSION)
 from ._progress import Progress, ProgressArg
 
@@ -116,9 +116,8 @@ def save(path, arrays: Mapping[str, Any], *, shards: Optional[Mapping[str, int]]
             check(lib.dvar_writer_open(byref(w), p, byref(opts)))
         else:
             check(lib.dvar_writer_open_step(byref(w), p, int(step), byref(opts)))
+        _write_arrays(w, plan, shards, prog)
         for name, cname, a, code in plan:
-            _write_array(w, name, cname, a, code, shards.get(name, 1), prog)
-            prog.raise_pending()
             for k, v in attributes.get(name, {}).items():
                 check(lib.dvar_writer_set_attr(w, cname, enc(k, "attribute key"),
                                                enc(v, "attribute value")))
@@ -143,38 +142,54 @@ def div_offsets(rows: int, n: int):
     return list(offs)
 
 
-def _write_array(w, name: str, cname: bytes, a: np.ndarray, code: int, nshards: int,
-                 prog: Progress) -> None:
-    full = shape_struct(a.shape)
+def _parts(a: np.ndarray, nshards: int):
+    """The slices a is saved as: [(sub-array, Slice or None)], its shards'
+    rows along axis 0 in the div layout, or a whole."""
     if a.ndim == 0 or nshards <= 1:
-        parts = [None]
-    else:
-        offs = div_offsets(a.shape[0], nshards)
-        parts = [(offs[k], offs[k + 1]) for k in range(len(offs) - 1)]
-    for part in parts:
-        if part is None:
-            sub, sl = a, None
-        else:
-            sub = a[part[0]:part[1]]
-            start = [0] * a.ndim
-            length = list(a.shape)
-            start[0], length[0] = part[0], part[1] - part[0]
-            sl = byref(slice_struct(start, length))
-        want = _dtypes.STORAGE[code]
-        if code != _dtypes.BFLOAT16 and sub.dtype == want and sub.flags.c_contiguous:
-            # Borrowed for the call: no copy.
-            check(lib.dvar_writer_add(w, cname, code, byref(full), sl,
-                                      sub.ctypes.data))
-            continue
-        check(lib.dvar_writer_begin_slice(w, cname, code, byref(full), sl))
+        return [(a, None)]
+    offs = div_offsets(a.shape[0], nshards)
+    out = []
+    for k in range(len(offs) - 1):
+        start = [0] * a.ndim
+        length = list(a.shape)
+        start[0], length[0] = offs[k], offs[k + 1] - offs[k]
+        out.append((a[offs[k]:offs[k + 1]], slice_struct(start, length)))
+    return out
+
+
+def _write_arrays(w, plan, shards: Mapping[str, int], prog: Progress) -> None:
+    """Every array of plan into w: those dvar stores as they lie in memory
+    (C-contiguous, its dtype) borrowed, all in one dvar_writer_add_many so
+    that their chunks are written together; the rest converted and streamed
+    in pieces; then the sharded ones' attributes."""
+    batch, keep, streamed = [], [], []
+    for name, cname, a, code in plan:
+        full = shape_struct(a.shape)
+        for sub, sl in _parts(a, shards.get(name, 1)):
+            if code != _dtypes.BFLOAT16 and sub.dtype == _dtypes.STORAGE[code] and \
+                    sub.flags.c_contiguous:
+                keep.append((full, sl))
+                batch.append(WriteRequest(cname, code, pointer(full),
+                                          pointer(sl) if sl is not None else None,
+                                          sub.ctypes.data))
+            else:
+                streamed.append((cname, code, full, sub, sl))
+    if batch:
+        check(lib.dvar_writer_add_many(w, (WriteRequest * len(batch))(*batch), len(batch)))
+        prog.raise_pending()
+    for cname, code, full, sub, sl in streamed:
+        check(lib.dvar_writer_begin_slice(w, cname, code, byref(full),
+                                          byref(sl) if sl is not None else None))
         for piece in _pieces(sub, code):
             check(lib.dvar_writer_write(w, piece.ctypes.data, piece.nbytes))
             prog.raise_pending()
         check(lib.dvar_writer_end_slice(w))
-    if len(parts) > 1:
-        check(lib.dvar_writer_set_attr(w, cname, b"kind", b"sharded"))
-        check(lib.dvar_writer_set_attr(w, cname, b"shards", str(len(parts)).encode()))
-        check(lib.dvar_writer_set_attr(w, cname, b"layout", b"div"))
+    for name, cname, a, code in plan:
+        n = len(_parts(a, shards.get(name, 1)))
+        if n > 1:
+            check(lib.dvar_writer_set_attr(w, cname, b"kind", b"sharded"))
+            check(lib.dvar_writer_set_attr(w, cname, b"shards", str(n).encode()))
+            check(lib.dvar_writer_set_attr(w, cname, b"layout", b"div"))
 
 
 def _convert(a: np.ndarray, code: int) -> np.ndarray:
