@@ -801,14 +801,6 @@ static int pack_chunks(const add_ctx *ctx, size_t n)
 	return DVAR_OK;
 }
 
-/*
- * Write chunks first .. first+n-1 of se in parallel. Raw-only writes know
- * every chunk's stored size in advance, so their offsets are given here in
- * chunk order: a raw slice is then one contiguous run of its data file
- * (dvar_reader_map), and the file's bytes do not depend on the threads.
- * Compressed chunks take their offsets as they finish. Small slices are
- * packed instead.
- */
 /* The file space chunks first .. first+n-1 of se may take: stored bytes
  * are at most the raw ones, padded. */
 static uint64_t room_for(const dvar_slice_entry *se, size_t first, size_t n)
@@ -827,6 +819,14 @@ static void preassign(const add_ctx *ctx, size_t n)
 			ctx->se->chunks[i].offset = reserve(ctx->w, padded_len(dvar_chunk_raw_len(ctx->se, i)));
 }
 
+/*
+ * Write chunks first .. first+n-1 of se in parallel. Raw-only writes know
+ * every chunk's stored size in advance, so their offsets are given here in
+ * chunk order: a raw slice is then one contiguous run of its data file
+ * (dvar_reader_map), and the file's bytes do not depend on the threads.
+ * Compressed chunks take their offsets as they finish. Small slices are
+ * packed instead.
+ */
 static int write_chunks(dvar_writer *w, dvar_slice_entry *se, size_t first, size_t n,
                         const unsigned char *data, unsigned char *const *stage)
 {
