@@ -1841,70 +1841,93 @@ int dvar_reader_read_strings_alloc(dvar_reader *r, size_t i, uint64_t **lens, ch
 
 /* ---------------------------------------------------------------- verify */
 
+/* One saved stream to verify (a slice, or a piece's ids or rows), of a
+ * link of the chain. */
 typedef struct {
 	dvar_reader *r;
 	const dvar_var_entry *v;
 	const dvar_slice_entry *s;
-	int *codes;
+} verify_item;
+
+typedef struct {
+	dvar_reader *top; /* the reader verified: progress is its */
+	const verify_item *items;
+	size_t n;
+	size_t *first;    /* first[k]: the loop's index of item k's first chunk; first[n] = all */
+	int *codes;       /* per chunk of the loop */
 	char **messages;
 } verify_ctx;
 
-static int verify_chunk(void *vctx, size_t ci)
+static int verify_chunk(void *vctx, size_t i)
 {
 	verify_ctx *ctx = vctx;
-	scratch *sc = scratch_get(ctx->r);
-	uint64_t len = dvar_chunk_raw_len(ctx->s, ci);
+	size_t k = dvar_pool_group(ctx->first, ctx->n, i), ci = i - ctx->first[k];
+	const verify_item *it = &ctx->items[k];
+	scratch *sc = scratch_get(it->r);
+	uint64_t len = dvar_chunk_raw_len(it->s, ci);
 	char why[WHY_MAX];
 	int rc = sc ? grow(&sc->raw, &sc->raw_cap, (size_t)len) : DVAR_ENOMEM;
 	if (rc)
 		snprintf(why, sizeof(why), "%s", dvar_error_last()->message);
 	else
-		rc = load_chunk(ctx->r, ctx->v, ctx->s, ci, 0, len, sc->raw, sc, 0, why);
+		rc = load_chunk(it->r, it->v, it->s, ci, 0, len, sc->raw, sc, 0, why);
 	if (sc)
-		dvar_stash_push(ctx->r->scratches, sc, scratch_release);
-	ctx->codes[ci] = rc;
-	if (rc && !(ctx->messages[ci] = strdup(why)))
+		dvar_stash_push(it->r->scratches, sc, scratch_release);
+	ctx->codes[i] = rc;
+	if (rc && !(ctx->messages[i] = strdup(why)))
 		return dvar_error_set(DVAR_ENOMEM, "out of memory");
-	progress(ctx->r, ctx->s->chunks[ci].stored);
+	progress(ctx->top, it->s->chunks[ci].stored);
 	return rc == DVAR_ENOMEM ? rc : DVAR_OK;
 }
 
-/* Every chunk of one saved stream (a slice, or a piece's ids or rows). */
-static int verify_entry(dvar_reader *r, const dvar_var_entry *v, const dvar_slice_entry *s,
+/* Every chunk of items[0, n) in one pool loop, so that many one-chunk
+ * variables verify as fast as one large one; the bad ones reported in
+ * order. */
+static int verify_items(dvar_reader *top, const verify_item *items, size_t n,
                         dvar_bad_chunk_fn bad, void *userdata, uint64_t *nbad)
 {
-	size_t n = s->num_chunks;
+	verify_ctx ctx = { top, items, n, malloc((n + 1) * sizeof(size_t)), NULL, NULL };
+	size_t total = 0;
 	int rc;
-	verify_ctx ctx = { r, v, s, calloc(n ? n : 1, sizeof(int)), calloc(n ? n : 1, sizeof(char *)) };
-	if (!ctx.codes || !ctx.messages)
+	for (size_t k = 0; ctx.first && k < n; k++) {
+		ctx.first[k] = total;
+		total += items[k].s->num_chunks;
+	}
+	if (ctx.first)
+		ctx.first[n] = total;
+	ctx.codes = calloc(total ? total : 1, sizeof(int));
+	ctx.messages = calloc(total ? total : 1, sizeof(char *));
+	if (!ctx.first || !ctx.codes || !ctx.messages)
 		rc = dvar_error_set(DVAR_ENOMEM, "out of memory");
 	else
-		rc = dvar_pool_for(r->pool, n, verify_chunk, &ctx);
-	for (size_t ci = 0; !rc && ci < n; ci++) {
-		if (!ctx.codes[ci])
-			continue;
-		(*nbad)++;
-		if (bad) {
-			dvar_bad_chunk b = { v->name, r->files[s->file].path, s->chunks[ci].offset, ci,
-			                     ctx.codes[ci], ctx.messages[ci] };
-			bad(userdata, &b);
+		rc = dvar_pool_for(top->pool, total, verify_chunk, &ctx);
+	for (size_t k = 0; !rc && k < n; k++)
+		for (size_t ci = 0, i = ctx.first[k]; ci < items[k].s->num_chunks; ci++, i++) {
+			if (!ctx.codes[i])
+				continue;
+			(*nbad)++;
+			if (bad) {
+				const dvar_slice_entry *s = items[k].s;
+				dvar_bad_chunk b = { items[k].v->name, items[k].r->files[s->file].path,
+					             s->chunks[ci].offset, ci, ctx.codes[i], ctx.messages[i] };
+				bad(userdata, &b);
+			}
 		}
-	}
-	for (size_t ci = 0; ctx.messages && ci < n; ci++)
-		free(ctx.messages[ci]);
+	for (size_t i = 0; ctx.messages && i < total; i++)
+		free(ctx.messages[i]);
+	free(ctx.first);
 	free(ctx.codes);
 	free(ctx.messages);
 	return rc;
 }
 
 /* A piece whose chunks are sound must also hold ids in order, inside its range. */
-static int verify_piece(dvar_reader *r, const dvar_var_entry *v, dvar_piece *pc,
-                        dvar_bad_chunk_fn bad, void *userdata, uint64_t *nbad)
+static int verify_piece(dvar_reader *top, dvar_reader *r, const dvar_var_entry *v,
+                        dvar_piece *pc, dvar_bad_chunk_fn bad, void *userdata, uint64_t *nbad)
 {
 	uint64_t before = *nbad;
-	int rc = verify_entry(r, v, &pc->ids, bad, userdata, nbad);
-	if (!rc)
-		rc = verify_entry(r, v, &pc->rows, bad, userdata, nbad);
+	verify_item streams[2] = { { r, v, &pc->ids }, { r, v, &pc->rows } };
+	int rc = verify_items(top, streams, 2, bad, userdata, nbad);
 	if (rc || *nbad != before)
 		return rc;
 	if ((rc = piece_ids(r, v, pc)) == DVAR_OK || rc == DVAR_ENOMEM)
@@ -1931,15 +1954,28 @@ int dvar_reader_verify(dvar_reader *r, dvar_bad_chunk_fn bad, void *userdata, ui
 	for (const dvar_reader *l = r; l; l = l->base)
 		for (size_t i = 0; i < l->num_vars; i++)
 			r->progress_total += l->vars[i].stored_bytes;
-	for (dvar_reader *l = r; l && !rc; l = l->base) {
-		for (size_t i = 0; i < l->num_vars && !rc; i++) {
-			dvar_var_entry *v = &l->vars[i];
-			for (size_t j = 0; j < v->num_slices && !rc; j++)
-				rc = verify_entry(l, v, &v->slices[j], bad, userdata, &nbad);
-			for (size_t k = 0; k < v->num_pieces && !rc; k++)
-				rc = verify_piece(l, v, &v->pieces[k], bad, userdata, &nbad);
-		}
-	}
+	/* Every saved slice of every link in one loop; then the pieces, whose ids
+	 * are checked once their chunks are sound. */
+	size_t n = 0;
+	for (const dvar_reader *l = r; l; l = l->base)
+		for (size_t i = 0; i < l->num_vars; i++)
+			n += l->vars[i].num_slices;
+	verify_item *items = malloc((n ? n : 1) * sizeof(*items));
+	if (!items)
+		rc = dvar_error_set(DVAR_ENOMEM, "out of memory");
+	n = 0;
+	for (dvar_reader *l = r; l && items; l = l->base)
+		for (size_t i = 0; i < l->num_vars; i++)
+			for (size_t j = 0; j < l->vars[i].num_slices; j++)
+				items[n++] = (verify_item){ l, &l->vars[i], &l->vars[i].slices[j] };
+	if (!rc)
+		rc = verify_items(r, items, n, bad, userdata, &nbad);
+	free(items);
+	for (dvar_reader *l = r; l && !rc; l = l->base)
+		for (size_t i = 0; i < l->num_vars && !rc; i++)
+			for (size_t k = 0; k < l->vars[i].num_pieces && !rc; k++)
+				rc = verify_piece(r, l, &l->vars[i], &l->vars[i].pieces[k], bad, userdata,
+				                  &nbad);
 	if (num_bad)
 		*num_bad = nbad;
 	if (rc == DVAR_OK)

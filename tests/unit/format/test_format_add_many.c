@@ -5,11 +5,14 @@
  * (written one group after the other), with NONE, LZ4 and AUTO; every chunk
  * verifies. With NONE the data file does not depend on the threads. A request
  * that fails its checks is named, the ones before it are added and the
- * writer stays usable.
+ * writer stays usable. dvar_reader_verify, which checks every chunk of such
+ * a checkpoint in one loop, names each damaged one, in order.
  */
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "testutil.h"
 #include "dvar/dvar.h"
@@ -229,12 +232,73 @@ static void bad_request(void **state)
 	free(path);
 }
 
+typedef struct {
+	char seen[8][64];
+	int n;
+} bad_log;
+
+static void log_bad(void *ud, const dvar_bad_chunk *b)
+{
+	bad_log *log = ud;
+	assert_true(log->n < 8);
+	assert_int_equal(b->code, DVAR_ECORRUPT);
+	snprintf(log->seen[log->n++], sizeof(log->seen[0]), "%s#%llu", b->var,
+	         (unsigned long long)b->chunk);
+}
+
+/* A byte flipped in chunk c of variable name (offset 10 into it). */
+static void damage(const char *path, const char *name, size_t c)
+{
+	dvar_reader *r;
+	size_t i;
+	assert_int_equal(dvar_reader_open(&r, path, NULL), DVAR_OK);
+	assert_int_equal(dvar_reader_find(r, name, &i), DVAR_OK);
+	off_t at = (off_t)dvar_reader_entry(r, i)->slices[0].chunks[c].offset + 10;
+	dvar_reader_free(r);
+	char *data = tu_path(path, "data-00000-of-00001");
+	int fd = open(data, O_RDWR);
+	unsigned char b;
+	assert_true(fd >= 0);
+	assert_int_equal(pread(fd, &b, 1, at), 1);
+	b ^= 0x5a;
+	assert_int_equal(pwrite(fd, &b, 1, at), 1);
+	close(fd);
+	free(data);
+}
+
+/* Damage in a packed slice, two one-chunk slices and one chunk of a long
+ * one: each named with its chunk, in name order, and nothing else. */
+static void verify_names_each(void **state)
+{
+	fixture *f = *state;
+	char *path = tu_path(f->dir, "damaged");
+	save_many(f, path, DVAR_COMPRESS_NONE, 4);
+	damage(path, "v01", 0);
+	damage(path, "v03", 0);
+	damage(path, "v04", 0);
+	damage(path, "v06", 2);
+	dvar_reader *r;
+	bad_log log = { .n = 0 };
+	uint64_t nbad = 0;
+	assert_int_equal(dvar_reader_open(&r, path, NULL), DVAR_OK);
+	assert_int_equal(dvar_reader_verify(r, log_bad, &log, &nbad), DVAR_OK);
+	dvar_reader_free(r);
+	assert_int_equal(nbad, 4);
+	assert_int_equal(log.n, 4);
+	assert_string_equal(log.seen[0], "v01#0");
+	assert_string_equal(log.seen[1], "v03#0");
+	assert_string_equal(log.seen[2], "v04#0");
+	assert_string_equal(log.seen[3], "v06#2");
+	free(path);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(every_mode),
 		cmocka_unit_test(same_file_any_threads),
 		cmocka_unit_test(bad_request),
+		cmocka_unit_test(verify_names_each),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
