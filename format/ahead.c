@@ -18,6 +18,9 @@
 #define AHEAD_WINDOW ((uint64_t)32 << 20)
 /* Smaller reads are over before the thread is of use. */
 #define AHEAD_MIN ((uint64_t)16 << 20)
+/* Smaller ranges (packed chunks, the edges of a partial read) are left to
+ * the readers: advice costs about what a small read does. */
+#define AHEAD_RANGE_MIN ((uint64_t)256 << 10)
 
 static atomic_uint_least64_t ahead_min = AHEAD_MIN, ahead_window = AHEAD_WINDOW;
 static atomic_uint_least64_t leads, advised; /* threads started and ranges advised, for tests */
@@ -84,7 +87,7 @@ static void *lead(void *p)
 			break;
 		/* A task already taken is its reader's to fetch. */
 		const dvar_ahead_range *g = &a->ranges[k];
-		if (!taken && g->fd >= 0 && g->len && !cached(g) &&
+		if (!taken && g->fd >= 0 && g->len >= AHEAD_RANGE_MIN && !cached(g) &&
 		    posix_fadvise(g->fd, (off_t)g->off, (off_t)g->len, POSIX_FADV_WILLNEED) == 0)
 			atomic_fetch_add(&advised, 1);
 	}

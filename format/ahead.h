@@ -8,7 +8,8 @@
  * walks the read's file ranges in the order the tasks are taken and asks for
  * each (POSIX_FADV_WILLNEED) a bounded window ahead of the tasks started, so
  * the disk always has the next chunks to fetch. Ranges already in the page
- * cache are skipped; the window bounds what a stopped read leaves behind.
+ * cache, and ranges under 256 KiB, are left to the readers; the window
+ * bounds what a stopped read leaves behind.
  */
 #ifndef DVAR_FORMAT_AHEAD_H
 #define DVAR_FORMAT_AHEAD_H
