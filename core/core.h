@@ -132,10 +132,11 @@ int dvar_pool_for(dvar_pool *pool, size_t n, int (*fn)(void *ctx, size_t i), voi
 int dvar_pool_for_width(dvar_pool *pool, size_t n, int width, int (*fn)(void *ctx, size_t i),
                         void *ctx);
 
-/** In a loop over the tasks of n groups, first[k] being the index of group
- * k's first task (ascending): the group of task i, the last k with
- * first[k] <= i (of groups with no task, the one after). */
-size_t dvar_pool_group(const size_t *first, size_t n, size_t i);
+/** Of n segments laid end to end, segment k starting at first[k]
+ * (ascending): the one holding position pos, the last k with first[k] <=
+ * pos (of empty segments, the one after). Tasks of several groups in one
+ * pool loop, elements of several buffers in one collective. */
+size_t dvar_segment_of(const uint64_t *first, size_t n, uint64_t pos);
 
 /* ---------------------------------------------------------------- stash */
 

@@ -231,12 +231,12 @@ int dvar_pool_for_width(dvar_pool *pool, size_t n, int width, int (*fn)(void *ct
 	return rc;
 }
 
-size_t dvar_pool_group(const size_t *first, size_t n, size_t i)
+size_t dvar_segment_of(const uint64_t *first, size_t n, uint64_t pos)
 {
 	size_t lo = 0, hi = n;
 	while (hi - lo > 1) {
 		size_t mid = lo + (hi - lo) / 2;
-		if (first[mid] <= i)
+		if (first[mid] <= pos)
 			lo = mid;
 		else
 			hi = mid;

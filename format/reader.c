@@ -1675,15 +1675,15 @@ int dvar_reader_read(dvar_reader *r, size_t i, const dvar_slice *slice, void *ds
 /* The tasks of several planned reads, run as one list. */
 typedef struct {
 	read_ctx *ctxs;
-	size_t *first; /* first[c]: the list's index of ctxs[c]'s first task; first[n] = all */
+	uint64_t *first; /* first[c]: the list's index of ctxs[c]'s first task; first[n] = all */
 	size_t n;
 } batch;
 
 static int run_batch_task(void *vb, size_t i)
 {
 	const batch *b = vb;
-	size_t c = dvar_pool_group(b->first, b->n, i);
-	return run_task(&b->ctxs[c], i - b->first[c]);
+	size_t c = dvar_segment_of(b->first, b->n, i);
+	return run_task(&b->ctxs[c], (size_t)(i - b->first[c]));
 }
 
 int dvar_reader_read_many(dvar_reader *r, const dvar_read_request *reqs, size_t n)
@@ -1697,7 +1697,7 @@ int dvar_reader_read_many(dvar_reader *r, const dvar_read_request *reqs, size_t 
 		                      "memory can hold", n);
 	dvar_slice *wants = malloc((n ? n : 1) * sizeof(*wants));
 	read_ctx *ctxs = calloc(n ? n : 1, sizeof(*ctxs));
-	size_t *first = malloc((n + 1) * sizeof(*first));
+	uint64_t *first = malloc((n + 1) * sizeof(*first));
 	size_t planned = 0, total = 0;
 	int rc = wants && ctxs && first ? DVAR_OK : dvar_error_set(DVAR_ENOMEM, "out of memory");
 	for (size_t k = 0; k < n && !rc; k++)
@@ -1853,7 +1853,7 @@ typedef struct {
 	dvar_reader *top; /* the reader verified: progress is its */
 	const verify_item *items;
 	size_t n;
-	size_t *first;    /* first[k]: the loop's index of item k's first chunk; first[n] = all */
+	uint64_t *first;  /* first[k]: the loop's index of item k's first chunk; first[n] = all */
 	int *codes;       /* per chunk of the loop */
 	char **messages;
 } verify_ctx;
@@ -1861,7 +1861,7 @@ typedef struct {
 static int verify_chunk(void *vctx, size_t i)
 {
 	verify_ctx *ctx = vctx;
-	size_t k = dvar_pool_group(ctx->first, ctx->n, i), ci = i - ctx->first[k];
+	size_t k = dvar_segment_of(ctx->first, ctx->n, i), ci = (size_t)(i - ctx->first[k]);
 	const verify_item *it = &ctx->items[k];
 	scratch *sc = scratch_get(it->r);
 	uint64_t len = dvar_chunk_raw_len(it->s, ci);
@@ -1886,7 +1886,7 @@ static int verify_chunk(void *vctx, size_t i)
 static int verify_items(dvar_reader *top, const verify_item *items, size_t n,
                         dvar_bad_chunk_fn bad, void *userdata, uint64_t *nbad)
 {
-	verify_ctx ctx = { top, items, n, malloc((n + 1) * sizeof(size_t)), NULL, NULL };
+	verify_ctx ctx = { top, items, n, malloc((n + 1) * sizeof(uint64_t)), NULL, NULL };
 	size_t total = 0;
 	int rc;
 	for (size_t k = 0; ctx.first && k < n; k++) {
@@ -1902,7 +1902,7 @@ static int verify_items(dvar_reader *top, const verify_item *items, size_t n,
 	else
 		rc = dvar_pool_for(top->pool, total, verify_chunk, &ctx);
 	for (size_t k = 0; !rc && k < n; k++)
-		for (size_t ci = 0, i = ctx.first[k]; ci < items[k].s->num_chunks; ci++, i++) {
+		for (size_t ci = 0, i = (size_t)ctx.first[k]; ci < items[k].s->num_chunks; ci++, i++) {
 			if (!ctx.codes[i])
 				continue;
 			(*nbad)++;

@@ -1062,7 +1062,7 @@ int dvar_writer_add(dvar_writer *w, const char *name, int dtype, const dvar_shap
 typedef struct {
 	add_ctx *ctxs;     /* one per slice, in request order */
 	size_t *vi;        /* each slice's variable */
-	size_t *first;     /* first[k]: the group's index of slice k's first chunk; first[n] = all */
+	uint64_t *first;   /* first[k]: the group's index of slice k's first chunk; first[n] = all */
 	size_t n;
 	atomic_size_t failed; /* the first slice whose chunk failed, or SIZE_MAX */
 } add_group;
@@ -1070,8 +1070,8 @@ typedef struct {
 static int run_group_task(void *vg, size_t i)
 {
 	add_group *g = vg;
-	size_t k = dvar_pool_group(g->first, g->n, i);
-	int rc = write_chunk(&g->ctxs[k], i - g->first[k]);
+	size_t k = dvar_segment_of(g->first, g->n, i);
+	int rc = write_chunk(&g->ctxs[k], (size_t)(i - g->first[k]));
 	if (rc) {
 		size_t was = atomic_load(&g->failed);
 		while (k < was && !atomic_compare_exchange_weak(&g->failed, &was, k))
@@ -1131,7 +1131,7 @@ int dvar_writer_add_many(dvar_writer *w, const dvar_write_request *reqs, size_t 
 	if (!w || (n && !reqs))
 		return dvar_error_set(DVAR_EINVAL, "dvar_writer_add_many: NULL argument");
 	add_group g = { calloc(n ? n : 1, sizeof(add_ctx)), malloc((n ? n : 1) * sizeof(size_t)),
-		        malloc((n + 1) * sizeof(size_t)), 0, SIZE_MAX };
+		        malloc((n + 1) * sizeof(uint64_t)), 0, SIZE_MAX };
 	int rc = g.ctxs && g.vi && g.first ? DVAR_OK : dvar_error_set(DVAR_ENOMEM, "out of memory");
 	for (size_t k = 0; k < n && !rc; k++) {
 		const dvar_write_request *q = &reqs[k];

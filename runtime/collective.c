@@ -149,22 +149,6 @@ static uint64_t hash_counts(const size_t *counts, size_t n)
 	return h;
 }
 
-/* The buffer of the concatenation that holds element pos (off: n + 1 prefix sums). */
-static size_t find_buffer(const uint64_t *off, size_t n, uint64_t pos)
-{
-	size_t lo = 0, hi = n; /* off[lo] <= pos < off[hi] */
-
-	while (hi - lo > 1) {
-		size_t mid = lo + (hi - lo) / 2;
-
-		if (off[mid] <= pos)
-			lo = mid;
-		else
-			hi = mid;
-	}
-	return lo;
-}
-
 /* "replica 3" with one worker, "replica 3 (worker 1, local 1)" with several. */
 static void name_replica(const dvar_strategy *s, int id, char *buf, size_t cap)
 {
@@ -641,7 +625,7 @@ static void reduce_into(dvar_strategy *s, const dvar_coll_args *a, uint64_t lo, 
 	const void *srcs[DVAR_MAX_REPLICAS];
 	size_t es = dvar_dtype_size(a->sig.dtype);
 	dvar_kernel_op kop = dvar_kernel_op_of(a->sig.op);
-	size_t i = lo < hi ? find_buffer(a->offsets, a->n, lo) : 0;
+	size_t i = lo < hi ? dvar_segment_of(a->offsets, a->n, lo) : 0;
 
 	for (uint64_t pos = lo; pos < hi;) {
 		uint64_t end, len;
@@ -666,7 +650,7 @@ static void copy_out(dvar_strategy *s, const dvar_coll_args *a, uint64_t lo, uin
                      const char *in)
 {
 	size_t es = dvar_dtype_size(a->sig.dtype);
-	size_t i = lo < hi ? find_buffer(a->offsets, a->n, lo) : 0;
+	size_t i = lo < hi ? dvar_segment_of(a->offsets, a->n, lo) : 0;
 
 	for (uint64_t pos = lo; pos < hi;) {
 		uint64_t end, len;
@@ -700,7 +684,7 @@ static void all_reduce_local(dvar_replica *r, const dvar_coll_args *a)
 	size_t i;
 
 	split(a->sig.count, s->R, r->local, &lo, &hi);
-	i = lo < hi ? find_buffer(a->offsets, a->n, lo) : 0;
+	i = lo < hi ? dvar_segment_of(a->offsets, a->n, lo) : 0;
 	for (uint64_t pos = lo; pos < hi;) {
 		uint64_t end, len;
 		size_t at;
@@ -736,7 +720,7 @@ static char *chunk_home(dvar_strategy *s, const dvar_coll_args *a, uint64_t k, u
                         uint64_t hi)
 {
 	size_t es = dvar_dtype_size(a->sig.dtype);
-	size_t i = find_buffer(a->offsets, a->n, lo);
+	size_t i = dvar_segment_of(a->offsets, a->n, lo);
 
 	if (s->timeout_ms > 0 || a->offsets[i + 1] < hi)
 		return s->slot[k % 2];

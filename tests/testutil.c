@@ -120,6 +120,17 @@ unsigned char *tu_slurp(const char *path, size_t *len)
 	return NULL;
 }
 
+void tu_flip_byte(const char *path, uint64_t off)
+{
+	FILE *f = fopen(path, "r+b");
+	int c;
+	if (!f || fseek(f, (long)off, SEEK_SET) != 0 || (c = fgetc(f)) == EOF ||
+	    fseek(f, (long)off, SEEK_SET) != 0 || fputc(c ^ 0x40, f) == EOF || fflush(f) != 0 ||
+	    fsync(fileno(f)) != 0)
+		fail_msg("flip byte %llu of %s: %s", (unsigned long long)off, path, strerror(errno));
+	fclose(f);
+}
+
 void tu_rmtree(const char *path)
 {
 	if (path)

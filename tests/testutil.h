@@ -46,6 +46,9 @@ char *tu_path(const char *a, const char *b);
 /** A whole file, malloc'ed (one byte more than *len), or fail_msg saying why. */
 unsigned char *tu_slurp(const char *path, size_t *len);
 
+/** Damage: the byte at off of path XORed with 0x40, written back and fsynced. */
+void tu_flip_byte(const char *path, uint64_t off);
+
 /** Fill buf with deterministic pseudo-random bytes from seed. */
 void tu_fill_random(void *buf, size_t len, uint64_t seed);
 

@@ -61,17 +61,6 @@ static int teardown(void **state)
 	return 0;
 }
 
-static void flip_byte(const char *path, off_t off)
-{
-	int fd = open(path, O_RDWR);
-	assert_true(fd >= 0);
-	unsigned char b;
-	assert_int_equal(pread(fd, &b, 1, off), 1);
-	b ^= 0x40;
-	assert_int_equal(pwrite(fd, &b, 1, off), 1);
-	close(fd);
-}
-
 typedef struct {
 	int count;
 	char first[1024];
@@ -112,7 +101,7 @@ static void flipped_byte(fixture *f, const char *expect, const char *alt)
 
 	struct stat st;
 	assert_int_equal(stat(f->data, &st), 0);
-	flip_byte(f->data, 2 * 32768 + 100 < st.st_size ? 2 * 32768 + 100 : st.st_size / 2);
+	tu_flip_byte(f->data, 2 * 32768 + 100 < st.st_size ? 2 * 32768 + 100 : st.st_size / 2);
 
 	assert_int_equal(dvar_reader_open(&r, f->ck, NULL), DVAR_OK);
 	assert_int_equal(dvar_reader_verify(r, on_bad, &log, &nbad), DVAR_OK);
@@ -217,7 +206,7 @@ static void test_format_corrupt__truncated_index(void **state)
 static void test_format_corrupt__flipped_index_byte(void **state)
 {
 	fixture *f = *state;
-	flip_byte(f->index, 20);
+	tu_flip_byte(f->index, 20);
 	dvar_reader *r;
 	assert_int_equal(dvar_reader_open(&r, f->ck, NULL), DVAR_ECORRUPT);
 	tu_assert_error_contains("index");

@@ -311,17 +311,6 @@ static void log_bad(void *ud, const dvar_bad_chunk *b)
 		snprintf(l->file, sizeof l->file, "%s", b->file);
 }
 
-static void flip_byte(const char *path, long at)
-{
-	FILE *f = fopen(path, "r+b");
-	assert_non_null(f);
-	assert_int_equal(fseek(f, at, SEEK_SET), 0);
-	int c = fgetc(f);
-	assert_int_equal(fseek(f, at, SEEK_SET), 0);
-	fputc(c ^ 0x5a, f);
-	fclose(f);
-}
-
 /* A base that is damaged, missing or replaced is refused by name, never read as if whole. */
 static void test_format_delta__broken_base(void **state_)
 {
@@ -336,7 +325,7 @@ static void test_format_delta__broken_base(void **state_)
 	make_chain(dir, &s1, &s2, &s3, DVAR_COMPRESS_NONE);
 	/* A flipped byte in the full checkpoint's data: verify of the newest
 	 * delta names that file; reading emb fails there. */
-	flip_byte(data1, 100);
+	tu_flip_byte(data1, 100);
 	assert_int_equal(dvar_reader_open(&r, c3, NULL), DVAR_OK);
 	bad_log log = { 0 };
 	uint64_t bad = 0;
@@ -347,7 +336,7 @@ static void test_format_delta__broken_base(void **state_)
 	assert_int_equal(dvar_reader_read(r, i, NULL, got, sizeof got), DVAR_ECORRUPT);
 	tu_assert_error_contains(data1);
 	dvar_reader_free(r);
-	flip_byte(data1, 100);
+	tu_flip_byte(data1, 100);
 
 	/* Missing. */
 	assert_int_equal(rename(c1, moved), 0);

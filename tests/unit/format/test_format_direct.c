@@ -455,18 +455,6 @@ static void test_format_direct__threads(void **state)
 	}
 }
 
-static void flip_byte(const char *path, off_t off)
-{
-	int fd = open(path, O_RDWR);
-	unsigned char b;
-	assert_true(fd >= 0);
-	assert_int_equal(pread(fd, &b, 1, off), 1);
-	b ^= 0x40;
-	assert_int_equal(pwrite(fd, &b, 1, off), 1);
-	assert_int_equal(fsync(fd), 0);
-	close(fd);
-}
-
 /* A flipped byte is found on every path: whole chunks straight into place,
  * the whole blocks of a partial chunk, an edge block read through scratch
  * for the rows next to it, a TF tensor read whole. */
@@ -482,7 +470,7 @@ static void test_format_direct__damage(void **state)
 	dvar_reader_free(r);
 	/* Row C + 2B + 1 of "big": chunk 1, its third block. */
 	char *data = tu_path(f->ck, "data-00000-of-00001");
-	flip_byte(data, (off_t)(at + (uint64_t)(2 * B + 1) * ROW_BYTES + 8));
+	tu_flip_byte(data, (off_t)(at + (uint64_t)(2 * B + 1) * ROW_BYTES + 8));
 	/* Read cold through the page cache, reading ahead. */
 	dvar_reader__direct(DVAR_DIRECT_AUTO);
 	dvar_ahead__tune(1, CHUNK);
@@ -516,7 +504,7 @@ static void test_format_direct__damage(void **state)
 	r = open_ok(f->tf);
 	at = dvar_reader_entry(r, find_ok(r, "t"))->slices[0].chunks[0].offset;
 	dvar_reader_free(r);
-	flip_byte(data, (off_t)(at + (uint64_t)ROWS / 2 * ROW_BYTES));
+	tu_flip_byte(data, (off_t)(at + (uint64_t)ROWS / 2 * ROW_BYTES));
 	for (size_t m = 0; m < sizeof(modes) / sizeof(modes[0]); m++) {
 		dvar_reader__direct(modes[m]);
 		r = open_ok(f->tf);

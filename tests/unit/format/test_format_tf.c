@@ -99,17 +99,6 @@ static char *fixture(const char *name, const char *base)
 	return p;
 }
 
-static void flip_byte(const char *path, off_t off)
-{
-	int fd = open(path, O_RDWR);
-	assert_true(fd >= 0);
-	unsigned char b;
-	assert_int_equal(pread(fd, &b, 1, off), 1);
-	b ^= 0x40;
-	assert_int_equal(pwrite(fd, &b, 1, off), 1);
-	close(fd);
-}
-
 /* ---------------------------------------------------------------- checksums */
 
 static void test_format_tf__crc_vectors(void **state)
@@ -963,7 +952,7 @@ static void test_format_tf__fixture_two_shards(void **state)
 		copy_file(from, to);
 		free(from);
 		if (f == 2)
-			flip_byte(to, 1);
+			tu_flip_byte(to, 1);
 		free(to);
 	}
 	r = open_ok(copy);
@@ -1018,7 +1007,7 @@ static void test_format_tf__corrupt_data(void **state)
 {
 	char *prefix = copy_fixture(*state, "half_plus_two", "variables", 1);
 	char *data = dvar_tf_data_path(prefix, 0, 1);
-	flip_byte(data, 5); /* inside b (offset 4) */
+	tu_flip_byte(data, 5); /* inside b (offset 4) */
 	dvar_reader *r = open_ok(prefix);
 	assert_true(read_f32(r, "a") == 0.5f);
 	assert_true(read_f32(r, "c") == 3.0f);
@@ -1063,7 +1052,7 @@ static void test_format_tf__corrupt_strings(void **state)
 	char *prefix = copy_fixture(*state, "vars_and_arithmetic", "variables", 1);
 	char *data = dvar_tf_data_path(prefix, 0, 1);
 	/* The object graph starts at offset 12: 2 length bytes, 4 checksum bytes, then the bytes. */
-	flip_byte(data, 12 + 6 + 100);
+	tu_flip_byte(data, 12 + 6 + 100);
 	dvar_reader *r = open_ok(prefix);
 	size_t i = find_ok(r, "_CHECKPOINTABLE_OBJECT_GRAPH");
 	uint64_t lens[1], total;
@@ -1082,8 +1071,8 @@ static void test_format_tf__corrupt_strings(void **state)
 	assert_int_equal(bad, 1);
 	assert_string_equal(log.var, "_CHECKPOINTABLE_OBJECT_GRAPH");
 	dvar_reader_free(r);
-	flip_byte(data, 12 + 6 + 100);
-	flip_byte(data, 12 + 2); /* the length checksum */
+	tu_flip_byte(data, 12 + 6 + 100);
+	tu_flip_byte(data, 12 + 2); /* the length checksum */
 	r = open_ok(prefix);
 	assert_int_equal(dvar_reader_read_strings(r, i, lens, 1, NULL, 0, &total), DVAR_ECORRUPT);
 	tu_assert_error_contains("The length checksum does not match");
@@ -1098,17 +1087,17 @@ static void test_format_tf__corrupt_index(void **state)
 	char *index = NULL;
 	assert_true(asprintf(&index, "%s.index", prefix) > 0);
 	/* A byte of my_embedding's entry, in the data block: LevelDB's block checksum. */
-	flip_byte(index, 30);
+	tu_flip_byte(index, 30);
 	dvar_reader *r = NULL;
 	assert_int_equal(dvar_reader_open(&r, prefix, NULL), DVAR_ECORRUPT);
 	tu_assert_error_contains("block checksum mismatch");
 	tu_assert_error_contains("embedding.ckpt.index");
-	flip_byte(index, 30);
+	tu_flip_byte(index, 30);
 	/* The footer's magic. */
-	flip_byte(index, 135);
+	tu_flip_byte(index, 135);
 	assert_int_equal(dvar_reader_open(&r, prefix, NULL), DVAR_ECORRUPT);
 	tu_assert_error_contains("bad magic number");
-	flip_byte(index, 135);
+	tu_flip_byte(index, 135);
 	/* Truncated. */
 	assert_int_equal(truncate(index, 100), 0);
 	assert_int_equal(dvar_reader_open(&r, prefix, NULL), DVAR_ECORRUPT);
@@ -1910,7 +1899,7 @@ static void test_format_tf__partial_read(void **state)
 
 	/* A damaged byte in row 10: a read of row 500 cannot see it (the CRC covers
 	 * the whole tensor); a whole read, parts read in order and verify do. */
-	flip_byte(data, 10 * (off_t)row_bytes + 3);
+	tu_flip_byte(data, 10 * (off_t)row_bytes + 3);
 	r = open_ok(prefix);
 	assert_int_equal(read_rows(r, 500, 1, row, &got), DVAR_OK);
 	assert_int_equal(got, row_bytes);
