@@ -6,12 +6,12 @@
  * (dense, row-sparse, element-sparse) and times raw file I/O of the same
  * bytes, so every ratio compares figures taken minutes apart on the same
  * disk. A save (one dvar_writer_add_many of every tensor) is timed from
- * dvar_writer_open to the end of dvar_writer_commit (fsyncs included), each mode twice per run in a
- * mirrored order; a restore from dvar_reader_open to
- * the end of one dvar_reader_read_many of every tensor (the goal), and of
- * one dvar_reader_read per tensor, the two taking turns to go first. Reads
- * are cold when the page cache can be
- * dropped (root). Buffers are allocated and pre-faulted once: first-touch
+ * dvar_writer_open to the end of dvar_writer_commit (fsyncs included),
+ * each mode twice per run in a mirrored order; a restore from
+ * dvar_reader_open to the end of one dvar_reader_read_many of every tensor
+ * (the goal), and of one dvar_reader_read per tensor, the two taking turns
+ * to go first. Reads are cold when the page cache can be dropped (root).
+ * Buffers are allocated and pre-faulted once: first-touch
  * page faults would otherwise cost as much as the disk. Row (f) saves 5,000
  * tiny tensors to show what small tensors cost on disk. See bench/README.md.
  */
@@ -358,7 +358,8 @@ static uint64_t find_page(const char *path, const void *want)
  * lie there in order: it was saved with NONE), open included; the two take
  * turns to go first, PARTIAL_PAIRS times, and each side's median time is
  * recorded when record is set. */
-static void bench_partial(const char *dir, const tensor *t, const void *src, void *dst, int record_it)
+static void bench_partial(const char *dir, const tensor *t, const void *src, void *dst,
+                          int record_it)
 {
 	uint64_t row_bytes = t->bytes / (uint64_t)t->shape.dims[0], got;
 	const unsigned char *want;
