@@ -1060,24 +1060,31 @@ int dvar_writer_add(dvar_writer *w, const char *name, int dtype, const dvar_shap
 
 /* A group of dvar_writer_add_many: slices of distinct variables, reserved. */
 typedef struct {
+	dvar_writer *w;
 	add_ctx *ctxs;     /* one per slice, in request order */
 	size_t *vi;        /* each slice's variable */
 	uint64_t *first;   /* first[k]: the group's index of slice k's first chunk; first[n] = all */
 	size_t n;
-	atomic_size_t failed; /* the first slice whose chunk failed, or SIZE_MAX */
 } add_group;
 
+/* A chunk of the group; a failure names its variable (the pool returns the
+ * first failure in task order). */
 static int run_group_task(void *vg, size_t i)
 {
 	add_group *g = vg;
 	size_t k = dvar_segment_of(g->first, g->n, i);
 	int rc = write_chunk(&g->ctxs[k], (size_t)(i - g->first[k]));
-	if (rc) {
-		size_t was = atomic_load(&g->failed);
-		while (k < was && !atomic_compare_exchange_weak(&g->failed, &was, k))
-			;
-	}
+	if (rc)
+		dvar_error_prefix("variable '%s'", g->w->vars[g->vi[k]].name);
 	return rc;
+}
+
+/* Every reserved slice of the group dropped, its chunks unwritten or not. */
+static void drop_group(add_group *g)
+{
+	for (size_t k = 0; k < g->n; k++)
+		dvar_slice_entry_clear(g->ctxs[k].se);
+	g->n = 0;
 }
 
 /*
@@ -1088,15 +1095,15 @@ static int run_group_task(void *vg, size_t i)
  */
 static int write_group(dvar_writer *w, add_group *g)
 {
-	size_t total = 0, bad = SIZE_MAX;
+	size_t total = 0;
 	uint64_t room = 0;
 	int rc = DVAR_OK;
 	for (size_t k = 0; k < g->n && !rc; k++) {
 		add_ctx *c = &g->ctxs[k];
 		g->first[k] = total;
 		if (packed(w, c->se)) {
-			if ((rc = c->se->num_chunks ? pack_chunks(c, c->se->num_chunks) : DVAR_OK))
-				bad = k;
+			if (c->se->num_chunks && (rc = pack_chunks(c, c->se->num_chunks)))
+				dvar_error_prefix("variable '%s'", w->vars[g->vi[k]].name);
 			continue;
 		}
 		total += c->se->num_chunks;
@@ -1108,17 +1115,13 @@ static int write_group(dvar_writer *w, add_group *g)
 		for (size_t k = 0; k < g->n; k++)
 			if (!packed(w, g->ctxs[k].se))
 				preassign(&g->ctxs[k], g->ctxs[k].se->num_chunks);
-		atomic_store(&g->failed, SIZE_MAX);
 		/* Packed slices hold no pool chunks: their first[] is the next one's. */
-		if ((rc = dvar_pool_for(w->pool, total, run_group_task, g)))
-			bad = atomic_load(&g->failed);
+		rc = dvar_pool_for(w->pool, total, run_group_task, g);
 	}
 	if (rc) {
-		const char *name = bad < g->n ? w->vars[g->vi[bad]].name : NULL;
-		for (size_t k = 0; k < g->n; k++)
-			dvar_slice_entry_clear(g->ctxs[k].se);
+		drop_group(g);
 		w->broken = 1;
-		return name ? dvar_error_prefix("variable '%s'", name) : rc;
+		return rc;
 	}
 	for (size_t k = 0; k < g->n; k++)
 		close_slice(w, g->vi[k]);
@@ -1130,8 +1133,8 @@ int dvar_writer_add_many(dvar_writer *w, const dvar_write_request *reqs, size_t 
 {
 	if (!w || (n && !reqs))
 		return dvar_error_set(DVAR_EINVAL, "dvar_writer_add_many: NULL argument");
-	add_group g = { calloc(n ? n : 1, sizeof(add_ctx)), malloc((n ? n : 1) * sizeof(size_t)),
-		        malloc((n + 1) * sizeof(uint64_t)), 0, SIZE_MAX };
+	add_group g = { w, calloc(n ? n : 1, sizeof(add_ctx)), malloc((n ? n : 1) * sizeof(size_t)),
+		        malloc((n + 1) * sizeof(uint64_t)), 0 };
 	int rc = g.ctxs && g.vi && g.first ? DVAR_OK : dvar_error_set(DVAR_ENOMEM, "out of memory");
 	for (size_t k = 0; k < n && !rc; k++) {
 		const dvar_write_request *q = &reqs[k];
@@ -1152,8 +1155,11 @@ int dvar_writer_add_many(dvar_writer *w, const dvar_write_request *reqs, size_t 
 			                 w->opts.compress == DVAR_COMPRESS_NONE };
 		g.vi[g.n++] = vi;
 	}
-	/* The requests before a failed check are added, as separate adds would be. */
-	if (g.n && !w->broken) {
+	/* The requests before a failed check are added, as separate adds would
+	 * be; a check that broke the writer (out of memory) drops them. */
+	if (g.n && w->broken) {
+		drop_group(&g);
+	} else if (g.n) {
 		int wrc = write_group(w, &g);
 		if (!rc)
 			rc = wrc;

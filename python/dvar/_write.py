@@ -162,10 +162,13 @@ def _write_arrays(w, plan, shards: Mapping[str, int], prog: Progress) -> None:
     (C-contiguous, its dtype) borrowed, all in one dvar_writer_add_many so
     that their chunks are written together; the rest converted and streamed
     in pieces; then the sharded ones' attributes."""
-    batch, keep, streamed = [], [], []
+    batch, keep, streamed, sharded = [], [], [], []
     for name, cname, a, code in plan:
         full = shape_struct(a.shape)
-        for sub, sl in _parts(a, shards.get(name, 1)):
+        parts = _parts(a, shards.get(name, 1))
+        if len(parts) > 1:
+            sharded.append((cname, len(parts)))
+        for sub, sl in parts:
             if code != _dtypes.BFLOAT16 and sub.dtype == _dtypes.STORAGE[code] and \
                     sub.flags.c_contiguous:
                 keep.append((full, sl))
@@ -184,12 +187,10 @@ def _write_arrays(w, plan, shards: Mapping[str, int], prog: Progress) -> None:
             check(lib.dvar_writer_write(w, piece.ctypes.data, piece.nbytes))
             prog.raise_pending()
         check(lib.dvar_writer_end_slice(w))
-    for name, cname, a, code in plan:
-        n = len(_parts(a, shards.get(name, 1)))
-        if n > 1:
-            check(lib.dvar_writer_set_attr(w, cname, b"kind", b"sharded"))
-            check(lib.dvar_writer_set_attr(w, cname, b"shards", str(n).encode()))
-            check(lib.dvar_writer_set_attr(w, cname, b"layout", b"div"))
+    for cname, n in sharded:
+        check(lib.dvar_writer_set_attr(w, cname, b"kind", b"sharded"))
+        check(lib.dvar_writer_set_attr(w, cname, b"shards", str(n).encode()))
+        check(lib.dvar_writer_set_attr(w, cname, b"layout", b"div"))
 
 
 def _convert(a: np.ndarray, code: int) -> np.ndarray:

@@ -407,6 +407,36 @@ static int fails_in_one_chunk(const char *path, const unsigned char *data)
 	return ok;
 }
 
+/* The same slices in one dvar_writer_add_many: every write past the limit
+ * fails; the first slice in request order among them, t4, is named. */
+static int fails_in_add_many(const char *path, const unsigned char *data)
+{
+	const int64_t dims[1] = { 256 << 10 };
+	dvar_shape shape;
+	dvar_shape_init(&shape, 1, dims);
+	dvar_write_options o = opts_for(DVAR_COMPRESS_NONE, 4 << 20);
+	dvar_write_request req[16];
+	char names[16][8];
+	dvar_writer *w;
+	if (dvar_writer_open(&w, path, &o) != DVAR_OK)
+		return 0;
+	for (int k = 0; k < 16; k++) {
+		snprintf(names[k], sizeof(names[k]), "t%d", k);
+		req[k] = (dvar_write_request){ names[k], DVAR_UINT8, &shape, NULL,
+			                       data + ((size_t)k << 10) };
+	}
+	int ok = dvar_writer_add_many(w, req, 16) == DVAR_EIO &&
+	         strstr(dvar_error_last()->message, "variable 't4': ") &&
+	         strstr(dvar_error_last()->message, "File too large") &&
+	         dvar_writer_add_many(w, req, 1) == DVAR_EINVAL &&
+	         dvar_writer_commit(w) == DVAR_EIO &&
+	         strstr(dvar_error_last()->message, "not committed: an earlier write failed");
+	if (!ok)
+		fprintf(stderr, "add_many: %s\n", dvar_error_last()->message);
+	dvar_writer_free(w);
+	return ok;
+}
+
 /* The save a full disk interrupts (here: a file-size limit, EFBIG) commits
  * nothing and leaves nothing behind. In a child, which the limit binds. */
 static void write_error_commits_nothing(const char *dir, int (*scenario)(const char *path,
@@ -451,6 +481,11 @@ static void test_format_roundtrip__one_chunk_write_error_commits_nothing(void **
 	write_error_commits_nothing(*state, fails_in_one_chunk);
 }
 
+static void test_format_roundtrip__add_many_write_error_commits_nothing(void **state)
+{
+	write_error_commits_nothing(*state, fails_in_add_many);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -463,6 +498,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_format_roundtrip__bad_arguments, tu_setup_dir, tu_teardown_dir),
 		cmocka_unit_test_setup_teardown(test_format_roundtrip__write_error_commits_nothing, tu_setup_dir, tu_teardown_dir),
 		cmocka_unit_test_setup_teardown(test_format_roundtrip__one_chunk_write_error_commits_nothing, tu_setup_dir, tu_teardown_dir),
+		cmocka_unit_test_setup_teardown(test_format_roundtrip__add_many_write_error_commits_nothing, tu_setup_dir, tu_teardown_dir),
 	};
 	return cmocka_run_group_tests_name("format/roundtrip", tests, NULL, NULL);
 }
