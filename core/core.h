@@ -68,9 +68,10 @@ int dvar_options_init(void *opts, size_t size, const void *tmpl, const char *wha
 uint32_t dvar_crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b);
 
 /* The implementations behind dvar_crc32c_extend, for tests and benchmarks:
- * the portable slice-by-8 tables, and level 1 SSE4.2 or level 2 SSE4.2 with
- * VPCLMULQDQ folding (DVAR_ENOTSUPP, *out untouched, where the CPU or the
- * build lacks that level). */
+ * the portable slice-by-8 tables, and level 1 SSE4.2, level 2 SSE4.2 with
+ * AVX-512 VPCLMULQDQ folding or level 3 with AVX2 VPCLMULQDQ folding
+ * (DVAR_ENOTSUPP, *out untouched, where the CPU or the build lacks that
+ * level). */
 uint32_t dvar_crc32c__table(uint32_t crc, const void *buf, size_t len);
 int dvar_crc32c__hw(int level, uint32_t crc, const void *buf, size_t len, uint32_t *out);
 
@@ -84,6 +85,15 @@ int dvar_crc32c__hw(int level, uint32_t crc, const void *buf, size_t len, uint32
  * pages are advised as such (MADV_HUGEPAGE). NULL when out of memory.
  */
 void *dvar_page_alloc(size_t size, int zero);
+
+/**
+ * memcpy, with stores that bypass the cache where the CPU has them (SSE2's
+ * streaming stores on x86-64): for a copy nobody reads soon, such as the
+ * staging of an asynchronous save, which a normal copy would first read
+ * into the cache line by line (a third more memory traffic), evicting the
+ * source the caller is about to read again. The regions must not overlap.
+ */
+void dvar_copy_stream(void *dst, const void *src, size_t n);
 
 /**
  * Room for element len of an array that has *cap: arr itself while len <

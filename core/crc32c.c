@@ -4,8 +4,9 @@
  * (three interleaved streams on long buffers, as in Mark Adler's crc32c.c),
  * and on long buffers before it, where the CPU has VPCLMULQDQ, carry-less
  * folding of 256 bytes at a time (Intel's "Fast CRC Computation for Generic
- * Polynomials Using PCLMULQDQ"); slice-by-8 tables otherwise, and zlib's
- * x^(8n) mod P method for combining.
+ * Polynomials Using PCLMULQDQ") in 512-bit registers with AVX-512, in
+ * 256-bit ones with AVX2 (AMD Zen 3); slice-by-8 tables otherwise, and
+ * zlib's x^(8n) mod P method for combining.
  */
 #include <pthread.h>
 #include <string.h>
@@ -65,6 +66,8 @@ static uint32_t x8nmodp(uint64_t n)
 #define LONG_BLOCK 8192
 #define SHORT_BLOCK 256
 
+/* Folding: 0 none, 2 in 512-bit registers, 3 in 256-bit ones (the levels
+ * of dvar_crc32c__hw). */
 static int have_sse42, have_fold;
 static uint32_t long_shift[4][256];
 static uint32_t short_shift[4][256];
@@ -82,6 +85,7 @@ static uint32_t short_shift[4][256];
 static uint64_t fold_step[8];  /* D = 2048 in every lane */
 static uint64_t fold_reg[8];   /* D = 512: one register into the next */
 static uint64_t fold_lanes[8]; /* D = 384, 256, 128, and none: a register into its last lane */
+static uint64_t fold_reg256[4]; /* D = 256: one 256-bit register into the next */
 
 static void fold_pair(uint64_t *lane, uint64_t d)
 {
@@ -116,8 +120,10 @@ static void init_tables(void)
 #ifdef HAVE_SSE42_PATH
 	__builtin_cpu_init();
 	have_sse42 = __builtin_cpu_supports("sse4.2");
-	have_fold = have_sse42 && __builtin_cpu_supports("avx512f") &&
-	            __builtin_cpu_supports("vpclmulqdq");
+	if (have_sse42 && __builtin_cpu_supports("vpclmulqdq"))
+		have_fold = __builtin_cpu_supports("avx512f") ? 2
+		            : __builtin_cpu_supports("avx2")  ? 3
+		                                              : 0;
 	init_shift(long_shift, LONG_BLOCK);
 	init_shift(short_shift, SHORT_BLOCK);
 	for (int l = 0; l < 4; l++) {
@@ -125,6 +131,8 @@ static void init_tables(void)
 		fold_pair(fold_reg + 2 * l, 512);
 		if (l < 3)
 			fold_pair(fold_lanes + 2 * l, 128 * (3 - (uint64_t)l));
+		if (l < 2)
+			fold_pair(fold_reg256 + 2 * l, 256);
 	}
 #endif
 }
@@ -237,14 +245,56 @@ FOLD_TARGET static uint64_t crc_fold(uint64_t c, const unsigned char **pp, size_
 	                     (uint64_t)_mm_extract_epi64(l, 1));
 }
 
-/* level: 1 SSE4.2 alone, 2 folding first where the buffer is long. */
+#define FOLD256_TARGET __attribute__((target("sse4.2,avx2,vpclmulqdq")))
+
+FOLD256_TARGET static inline __m256i fold256(__m256i x, __m256i k, __m256i d)
+{
+	return _mm256_xor_si256(_mm256_xor_si256(_mm256_clmulepi64_epi128(x, k, 0x00),
+	                                         _mm256_clmulepi64_epi128(x, k, 0x11)),
+	                        d);
+}
+
+/* crc_fold in eight 256-bit registers: the same FOLD_BLOCKs and distances
+ * per block, a register folded into the next 256 bits on, and its first
+ * lane 128 bits on into its second. */
+FOLD256_TARGET static uint64_t crc_fold256(uint64_t c, const unsigned char **pp, size_t *lenp)
+{
+	const unsigned char *p = *pp;
+	size_t len = *lenp;
+	__m256i k = _mm256_loadu_si256((const __m256i *)fold_step);
+	__m256i x[8];
+
+	for (int i = 0; i < 8; i++)
+		x[i] = _mm256_loadu_si256((const __m256i *)(p + 32 * i));
+	x[0] = _mm256_xor_si256(x[0], _mm256_zextsi128_si256(_mm_cvtsi32_si128((int)(uint32_t)c)));
+	for (p += FOLD_BLOCK, len -= FOLD_BLOCK; len >= FOLD_BLOCK; p += FOLD_BLOCK, len -= FOLD_BLOCK)
+		for (int i = 0; i < 8; i++)
+			x[i] = fold256(x[i], k, _mm256_loadu_si256((const __m256i *)(p + 32 * i)));
+	k = _mm256_loadu_si256((const __m256i *)fold_reg256);
+	__m256i r = x[0];
+	for (int i = 1; i < 8; i++)
+		r = fold256(r, k, x[i]);
+	/* fold_lanes' last two lanes: 128 bits on, and none for the last. */
+	r = fold256(r, _mm256_loadu_si256((const __m256i *)(fold_lanes + 4)),
+	            _mm256_blend_epi32(_mm256_setzero_si256(), r, 0xf0));
+	__m128i l = _mm_xor_si128(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+	*pp = p;
+	*lenp = len;
+	return _mm_crc32_u64(_mm_crc32_u64(0, (uint64_t)_mm_cvtsi128_si64(l)),
+	                     (uint64_t)_mm_extract_epi64(l, 1));
+}
+
+/* level: 1 SSE4.2 alone, 2 or 3 folding first (in 512- or 256-bit
+ * registers) where the buffer is long. */
 __attribute__((target("sse4.2")))
 static uint32_t crc_sse42(uint32_t crc, const unsigned char *p, size_t len, int level)
 {
 	uint64_t c = ~crc;
 
-	if (level > 1 && len >= FOLD_MIN)
+	if (level == 2 && len >= FOLD_MIN)
 		c = crc_fold(c, &p, &len);
+	else if (level == 3 && len >= FOLD_MIN)
+		c = crc_fold256(c, &p, &len);
 	for (; len && ((uintptr_t)p & 7); len--)
 		c = _mm_crc32_u8((uint32_t)c, *p++);
 	c = crc_3way(c, &p, &len, LONG_BLOCK, long_shift);
@@ -262,7 +312,7 @@ uint32_t dvar_crc32c_extend(uint32_t crc, const void *buf, size_t len)
 	pthread_once(&init_once, init_tables);
 #ifdef HAVE_SSE42_PATH
 	if (have_sse42)
-		return crc_sse42(crc, buf, len, have_fold ? 2 : 1);
+		return crc_sse42(crc, buf, len, have_fold ? have_fold : 1);
 #endif
 	return crc_table(crc, buf, len);
 }
@@ -277,7 +327,9 @@ int dvar_crc32c__hw(int level, uint32_t crc, const void *buf, size_t len, uint32
 {
 #ifdef HAVE_SSE42_PATH
 	pthread_once(&init_once, init_tables);
-	if ((level == 1 && have_sse42) || (level == 2 && have_fold)) {
+	/* A CPU with AVX-512 has AVX2: both widths of folding can be tested there. */
+	if ((level == 1 && have_sse42) || (level > 1 && level == have_fold) ||
+	    (level == 3 && have_fold == 2)) {
 		*out = crc_sse42(crc, buf, len, level);
 		return DVAR_OK;
 	}

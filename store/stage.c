@@ -243,7 +243,7 @@ static void stage_piece(save_job *j, const item *it, int work, size_t off)
 		size_t bl = len - b < COPY_BLOCK ? len - b : COPY_BLOCK;
 
 		if (work & DO_COPY)
-			memcpy(it->owned + off + b, primary + b, bl);
+			dvar_copy_stream(it->owned + off + b, primary + b, bl);
 		if (work & DO_SUM)
 			crc = dvar_crc32c_extend(crc, primary + b, bl);
 		for (int r = 1; (work & DO_COMPARE) && r < (differs ? differs : j->R); r++)
