@@ -481,6 +481,9 @@ static int check_committable(const dvar_writer *w)
 {
 	if (w->committed)
 		return dvar_error_set(DVAR_EINVAL, "checkpoint '%s' is already committed", w->final_dir);
+	if (dvar_writer_cancelled(w))
+		return dvar_error_set(DVAR_ECANCELED, "checkpoint '%s' not committed: cancelled",
+		                      w->final_dir);
 	if (w->broken)
 		return dvar_error_set(DVAR_EIO, "checkpoint '%s' not committed: an earlier write failed",
 		                      w->final_dir);

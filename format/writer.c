@@ -565,6 +565,9 @@ static int lz4_pays(dvar_writer *w, const unsigned char *raw, size_t len, unsign
 
 static int write_padded(dvar_writer *w, const unsigned char *buf, size_t padded, uint64_t off)
 {
+	/* Every write of data comes here: a cancel takes effect within a chunk per thread. */
+	if (dvar_writer_cancelled(w))
+		return dvar_error_set(DVAR_ECANCELED, "writing '%s': cancelled", w->final_dir);
 	if (padded >= DIRECT_MIN && atomic_load(&w->direct_ok)) {
 		ssize_t n = pwrite(w->fd_direct, buf, padded, (off_t)off);
 		if (n == (ssize_t)padded)
@@ -1269,6 +1272,14 @@ static const char *base_name(const char *path)
 {
 	const char *slash = strrchr(path, '/');
 	return slash ? slash + 1 : path;
+}
+
+int dvar_writer_set_cancel(dvar_writer *w, const volatile sig_atomic_t *cancel)
+{
+	if (!w)
+		return dvar_error_set(DVAR_EINVAL, "dvar_writer_set_cancel: NULL writer");
+	w->cancel = cancel;
+	return DVAR_OK;
 }
 
 int dvar_writer_set_base(dvar_writer *w, const char *base)

@@ -46,6 +46,7 @@ struct dvar_writer {
 	atomic_uint_least64_t auto_tick;
 	pthread_t owner;
 	double last_progress;
+	const volatile sig_atomic_t *cancel; /* dvar_writer_set_cancel; borrowed */
 	int broken; /* an I/O error: only dvar_writer_free is left */
 	int finished; /* the data file is complete: no more adds */
 	int committed;
@@ -91,6 +92,12 @@ int dvar_writer_end_data(dvar_writer *w);
 /* A data file of bytes took ns to fsync: the rate AUTO charges each chunk's
  * stored bytes with (writer.c, flush_ns). */
 void dvar_writer_note_flush(uint64_t ns, uint64_t bytes);
+
+/* Whether the caller's cancel flag (dvar_writer_set_cancel) is up. */
+static inline int dvar_writer_cancelled(const dvar_writer *w)
+{
+	return w->cancel && *w->cancel;
+}
 
 /* DVAR_EINVAL unless slices may be added: not finished, broken or streaming. */
 int dvar_writer_check_usable(const dvar_writer *w);

@@ -18,6 +18,8 @@
 #ifndef DVAR_FORMAT_H
 #define DVAR_FORMAT_H
 
+#include <signal.h>
+
 #include "common.h"
 #include "core.h"
 
@@ -195,6 +197,17 @@ DVAR_EXTERN(int) dvar_writer_commit(dvar_writer *w);
  * removes it).
  */
 DVAR_EXTERN(void) dvar_writer_free(dvar_writer *w);
+
+/**
+ * Stop the writer when *cancel becomes non-zero (a signal handler may set
+ * it; NULL: never). Every call that writes data checks it before each
+ * chunk it writes, so a Ctrl-C stops even one dvar_writer_add_many of many
+ * gigabytes within a chunk per thread: that call returns DVAR_ECANCELED
+ * and the writer is unusable; dvar_writer_commit returns DVAR_ECANCELED
+ * once *cancel is set, and nothing is committed (dvar_writer_free removes
+ * what was written). The flag is borrowed until the writer is freed.
+ */
+DVAR_EXTERN(int) dvar_writer_set_cancel(dvar_writer *w, const volatile sig_atomic_t *cancel);
 
 /*
  * Deltas (docs/FORMAT.md, "Deltas"): a checkpoint that stores only what

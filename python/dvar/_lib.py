@@ -194,6 +194,7 @@ PROTOTYPES = {
     "dvar_writer_set_attr": (c_int, [_vp, c_char_p, c_char_p, c_char_p]),
     "dvar_writer_commit": (c_int, [_vp]),
     "dvar_writer_free": (None, [_vp]),
+    "dvar_writer_set_cancel": (c_int, [_vp, POINTER(c_int)]),
     "dvar_reshard": (c_int, [c_char_p, c_char_p, POINTER(ReshardOptions)]),
     "dvar_export": (c_int, [c_char_p, c_char_p, POINTER(ExportOptions)]),
     "dvar_import": (c_int, [c_char_p, POINTER(ImportSource), c_size_t,

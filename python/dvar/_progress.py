@@ -116,12 +116,18 @@ class Progress:
             self.bar.close()
             self.bar = None
 
-    def finish(self, rc: int) -> None:
-        """After the C call returned rc: what cancelled it (Ctrl-C, the
+    def check(self, rc: int) -> None:
+        """After a C call returned rc: what cancelled it (Ctrl-C, the
         callable's exception) is raised rather than the cancellation, then
-        an error, then anything the callable raised after the last piece."""
-        self.close()
+        an error."""
         if rc == ECANCELED:
             self.raise_pending()
         check(rc)
+
+    def finish(self, rc: int) -> None:
+        """After the operation's last C call returned rc: the bar closed, as
+        :meth:`check`, then anything the callable raised after the last
+        piece."""
+        self.close()
+        self.check(rc)
         self.raise_pending()

@@ -53,6 +53,9 @@ def save(path, arrays: Mapping[str, Any], *, shards: Optional[Mapping[str, int]]
         fsync: flush to disk before committing (off for scratch data).
         progress: ``None`` for a tqdm bar on a terminal (when tqdm is
             installed), ``False`` for none, or a callable ``(done, total)``.
+            Ctrl-C (or an exception the callable raises) stops the save
+            within a chunk of each writer thread and is raised; nothing is
+            left at path.
 
     Returns:
         The directory written.
@@ -116,13 +119,15 @@ def save(path, arrays: Mapping[str, Any], *, shards: Optional[Mapping[str, int]]
             check(lib.dvar_writer_open(byref(w), p, byref(opts)))
         else:
             check(lib.dvar_writer_open_step(byref(w), p, int(step), byref(opts)))
+        # Ctrl-C stops the writer within a chunk, even inside one large call.
+        check(lib.dvar_writer_set_cancel(w, prog.cancel_ptr))
         _write_arrays(w, plan, shards, prog)
         for name, cname, a, code in plan:
             for k, v in attributes.get(name, {}).items():
                 check(lib.dvar_writer_set_attr(w, cname, enc(k, "attribute key"),
                                                enc(v, "attribute value")))
         prog.raise_pending()  # an interrupt before the commit leaves nothing
-        check(lib.dvar_writer_commit(w))
+        prog.check(lib.dvar_writer_commit(w))
         prog.raise_pending()
     finally:
         lib.dvar_writer_free(w)
@@ -178,15 +183,16 @@ def _write_arrays(w, plan, shards: Mapping[str, int], prog: Progress) -> None:
             else:
                 streamed.append((cname, code, full, sub, sl))
     if batch:
-        check(lib.dvar_writer_add_many(w, (WriteRequest * len(batch))(*batch), len(batch)))
+        requests = (WriteRequest * len(batch))(*batch)
+        prog.check(lib.dvar_writer_add_many(w, requests, len(batch)))
         prog.raise_pending()
     for cname, code, full, sub, sl in streamed:
         check(lib.dvar_writer_begin_slice(w, cname, code, byref(full),
                                           byref(sl) if sl is not None else None))
         for piece in _pieces(sub, code):
-            check(lib.dvar_writer_write(w, piece.ctypes.data, piece.nbytes))
+            prog.check(lib.dvar_writer_write(w, piece.ctypes.data, piece.nbytes))
             prog.raise_pending()
-        check(lib.dvar_writer_end_slice(w))
+        prog.check(lib.dvar_writer_end_slice(w))
     for cname, n in sharded:
         check(lib.dvar_writer_set_attr(w, cname, b"kind", b"sharded"))
         check(lib.dvar_writer_set_attr(w, cname, b"shards", str(n).encode()))

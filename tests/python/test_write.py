@@ -169,6 +169,39 @@ def test_atomic_on_failure(tmp_path):
     assert os.listdir(str(tmp_path)) == []
 
 
+def _bytes_written_by_this_process():
+    with open("/proc/self/io") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("wchar:"))
+
+
+def test_ctrl_c_stops_one_large_write(tmp_path):
+    """A Ctrl-C inside the one C call that writes every contiguous array
+    stops it within a chunk per thread: what is written after the signal is
+    at most the chunks in flight, KeyboardInterrupt is raised, and nothing
+    is left."""
+    if not os.path.exists("/proc/self/io"):
+        pytest.skip("needs /proc/self/io to count the bytes written")
+    import signal
+    a = np.ones(64 << 20, np.float32)  # 256 MiB: 4096 chunks of 64 KiB
+    sent = []
+
+    def ctrl_c(done, total):
+        if not sent:
+            sent.append(done)
+            os.kill(os.getpid(), signal.SIGINT)
+    path = str(tmp_path / "c")
+    before = _bytes_written_by_this_process()
+    with pytest.raises(KeyboardInterrupt):
+        dvar.save(path, {"a": a}, compress="none", chunk_size=65536, threads=4, fsync=False,
+                  progress=ctrl_c)
+    written = _bytes_written_by_this_process() - before
+    # The first report comes after the calling thread's first chunk.
+    assert sent and sent[0] < a.nbytes // 2, sent
+    assert written <= sent[0] + 16 * 65536, (sent, written)
+    assert os.listdir(str(tmp_path)) == []
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
 def test_progress_callable(tmp_path):
     calls = []
     dvar.save(str(tmp_path / "c"), {"a": np.zeros((1 << 22,), np.uint8)}, chunk_size=65536,

@@ -437,6 +437,19 @@ static int fails_in_add_many(const char *path, const unsigned char *data)
 	return ok;
 }
 
+/* The number of entries of dir besides . and .. */
+static int entries_in(const char *dir)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	int n = 0;
+	assert_non_null(d);
+	while ((e = readdir(d)))
+		n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+	closedir(d);
+	return n;
+}
+
 /* The save a full disk interrupts (here: a file-size limit, EFBIG) commits
  * nothing and leaves nothing behind. In a child, which the limit binds. */
 static void write_error_commits_nothing(const char *dir, int (*scenario)(const char *path,
@@ -461,13 +474,7 @@ static void write_error_commits_nothing(const char *dir, int (*scenario)(const c
 	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 	assert_false(dvar_fs_exists(path));
 	/* Not even the hidden temporary directory is left. */
-	DIR *d = opendir(dir);
-	struct dirent *e;
-	int entries = 0;
-	while ((e = readdir(d)))
-		entries += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
-	closedir(d);
-	assert_int_equal(entries, 0);
+	assert_int_equal(entries_in(dir), 0);
 	free(path);
 }
 
@@ -486,6 +493,85 @@ static void test_format_roundtrip__add_many_write_error_commits_nothing(void **s
 	write_error_commits_nothing(*state, fails_in_add_many);
 }
 
+/* A Ctrl-C's handler, as dvar_writer_set_cancel sees it: set at the first
+ * progress report, after the first chunk the calling thread wrote. */
+static volatile sig_atomic_t cancel_flag;
+
+static void cancel_at_first_report(void *ud, uint64_t done, uint64_t total)
+{
+	(void)ud, (void)done, (void)total;
+	cancel_flag = 1;
+}
+
+/* A cancel stops dvar_writer_add_many of 256 chunks within the call (it
+ * returns DVAR_ECANCELED, not DVAR_OK), the writer refuses more, the commit
+ * says why, and nothing is left; the same for a streamed slice, and for a
+ * flag already up before the first add. */
+static void test_format_roundtrip__cancel(void **state)
+{
+	const char *dir = *state;
+	char *path = tu_path(dir, "cancelled");
+	const int64_t dims[1] = { 4 << 20 };
+	unsigned char *data = malloc(4u << 20);
+	dvar_write_options o = opts_for(DVAR_COMPRESS_NONE, 64 << 10);
+	dvar_write_request req[4];
+	dvar_shape shape;
+	dvar_writer *w;
+
+	assert_non_null(data);
+	tu_fill_random(data, 4u << 20, 5);
+	dvar_shape_init(&shape, 1, dims);
+	for (int k = 0; k < 4; k++)
+		req[k] = (dvar_write_request){ k == 0 ? "a" : k == 1 ? "b" : k == 2 ? "c" : "d",
+			                       DVAR_UINT8, &shape, NULL, data };
+	o.progress = cancel_at_first_report;
+	assert_int_equal(dvar_writer_set_cancel(NULL, &cancel_flag), DVAR_EINVAL);
+
+	/* In the middle of one call. */
+	cancel_flag = 0;
+	assert_int_equal(dvar_writer_open(&w, path, &o), DVAR_OK);
+	assert_int_equal(dvar_writer_set_cancel(w, &cancel_flag), DVAR_OK);
+	assert_int_equal(dvar_writer_add_many(w, req, 4), DVAR_ECANCELED);
+	assert_non_null(strstr(dvar_error_last()->message, "cancelled"));
+	assert_non_null(strstr(dvar_error_last()->message, path));
+	assert_int_equal(dvar_writer_add(w, "e", DVAR_UINT8, &shape, NULL, data), DVAR_EINVAL);
+	assert_int_equal(dvar_writer_commit(w), DVAR_ECANCELED);
+	assert_non_null(strstr(dvar_error_last()->message, "not committed: cancelled"));
+	dvar_writer_free(w);
+	assert_int_equal(entries_in(dir), 0);
+
+	/* A streamed slice: its next full chunk is not written. */
+	cancel_flag = 0;
+	o.progress = NULL;
+	assert_int_equal(dvar_writer_open(&w, path, &o), DVAR_OK);
+	assert_int_equal(dvar_writer_set_cancel(w, &cancel_flag), DVAR_OK);
+	assert_int_equal(dvar_writer_begin_slice(w, "s", DVAR_UINT8, &shape, NULL), DVAR_OK);
+	assert_int_equal(dvar_writer_write(w, data, 1u << 20), DVAR_OK);
+	cancel_flag = 1;
+	assert_int_equal(dvar_writer_write(w, data, 1u << 20), DVAR_ECANCELED);
+	assert_int_equal(dvar_writer_commit(w), DVAR_ECANCELED);
+	dvar_writer_free(w);
+	assert_int_equal(entries_in(dir), 0);
+
+	/* Up before anything is added; cleared again, the same writer is
+	 * still refused (the add broke it), and a new one saves. */
+	assert_int_equal(dvar_writer_open(&w, path, &o), DVAR_OK);
+	assert_int_equal(dvar_writer_set_cancel(w, &cancel_flag), DVAR_OK);
+	assert_int_equal(dvar_writer_add(w, "a", DVAR_UINT8, &shape, NULL, data), DVAR_ECANCELED);
+	cancel_flag = 0;
+	assert_int_equal(dvar_writer_commit(w), DVAR_EIO);
+	dvar_writer_free(w);
+	assert_int_equal(entries_in(dir), 0);
+	assert_int_equal(dvar_writer_open(&w, path, &o), DVAR_OK);
+	assert_int_equal(dvar_writer_set_cancel(w, &cancel_flag), DVAR_OK);
+	assert_int_equal(dvar_writer_add_many(w, req, 4), DVAR_OK);
+	assert_int_equal(dvar_writer_commit(w), DVAR_OK);
+	dvar_writer_free(w);
+	assert_true(dvar_fs_exists(path));
+	free(data);
+	free(path);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -499,6 +585,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_format_roundtrip__write_error_commits_nothing, tu_setup_dir, tu_teardown_dir),
 		cmocka_unit_test_setup_teardown(test_format_roundtrip__one_chunk_write_error_commits_nothing, tu_setup_dir, tu_teardown_dir),
 		cmocka_unit_test_setup_teardown(test_format_roundtrip__add_many_write_error_commits_nothing, tu_setup_dir, tu_teardown_dir),
+		cmocka_unit_test_setup_teardown(test_format_roundtrip__cancel, tu_setup_dir, tu_teardown_dir),
 	};
 	return cmocka_run_group_tests_name("format/roundtrip", tests, NULL, NULL);
 }
