@@ -436,10 +436,13 @@ const dvar_var_entry *dvar_reader_entry(const dvar_reader *r, size_t i);
 int dvar_reader_is_tf(const dvar_reader *r);
 /* For tests: how readers use O_DIRECT (AUTO: large uncached aligned reads;
  * ALWAYS: cached or not; REFUSED: as if every file system refused it), and
- * how many of a reader's bytes it read so. */
+ * how many of a reader's bytes it read with O_DIRECT, or through a bounce
+ * buffer (a destination the kernel's copy is slow into: reader.c,
+ * read_buffered). */
 enum { DVAR_DIRECT_AUTO, DVAR_DIRECT_OFF, DVAR_DIRECT_ALWAYS, DVAR_DIRECT_REFUSED };
+enum { DVAR_VIA_DIRECT, DVAR_VIA_BOUNCE };
 void dvar_reader__direct(int mode);
-uint64_t dvar_reader__bytes_direct(const dvar_reader *r);
+uint64_t dvar_reader__bytes_via(const dvar_reader *r, int way);
 
 DVAR_END_DECL
 

@@ -171,27 +171,33 @@ static uint64_t blocks_for(int64_t a, int64_t b)
 	return n;
 }
 
-/* Whole reads in every mode, into aligned and unaligned destinations. */
+/* Whole reads in every mode, into aligned and unaligned destinations: one
+ * 16 or 48 bytes into a page (as NumPy's arrays are) reads through a bounce
+ * buffer, one 64 bytes in straight into it. */
 static void test_format_direct__whole(void **state)
 {
+	static const size_t skews[] = { 0, 16, 48, 64 };
 	fixture *f = *state;
 	void *base;
 	size_t n = (size_t)ROWS * ROW_BYTES;
 	for (size_t m = 0; m < sizeof(modes) / sizeof(modes[0]); m++)
-		for (size_t skew = 0; skew <= 16; skew += 16) {
+		for (size_t k = 0; k < sizeof(skews) / sizeof(skews[0]); k++) {
+			size_t skew = skews[k];
 			dvar_reader__direct(modes[m]);
 			dvar_reader *r = open_ok(f->ck);
 			float *dst = buffer(n, skew, &base);
 			assert_int_equal(read_rows(r, "big", 0, ROWS, 0, COLS, dst), DVAR_OK);
 			assert_memory_equal(dst, f->want, n);
 			assert_int_equal(dvar_reader_bytes_read(r), n);
-			uint64_t direct = dvar_reader__bytes_direct(r);
+			uint64_t direct = dvar_reader__bytes_via(r, DVAR_VIA_DIRECT);
 			/* Forced, with the destination aligned like the file: every whole 4 KiB
 			 * of the chunks at least 1 MiB long (the short last one is not). */
 			if (modes[m] == DVAR_DIRECT_ALWAYS && !skew && f->direct_ok)
 				assert_int_equal(direct, 3 * CHUNK);
 			else if (modes[m] != DVAR_DIRECT_AUTO)
 				assert_int_equal(direct, 0);
+			assert_int_equal(dvar_reader__bytes_via(r, DVAR_VIA_BOUNCE),
+			                 skew == 16 || skew == 48 ? n : 0);
 			print_message("whole, %s, skew %zu: %llu bytes direct\n", mode_names[m], skew,
 			              (unsigned long long)direct);
 			dvar_reader_free(r);
@@ -244,7 +250,7 @@ static void test_format_direct__cached(void **state)
 	memset(dst, 0, n);
 	assert_int_equal(read_rows(r, "big", 0, ROWS, 0, COLS, dst), DVAR_OK);
 	assert_memory_equal(dst, f->want, n);
-	assert_int_equal(dvar_reader__bytes_direct(r), 0);
+	assert_int_equal(dvar_reader__bytes_via(r, DVAR_VIA_DIRECT), 0);
 	dvar_reader_free(r);
 	free(base);
 }
@@ -296,7 +302,7 @@ static void test_format_direct__ahead(void **state)
 		memset(dst, 0, n);
 		assert_int_equal(read_rows(r, "big", a, b, 0, COLS, dst), DVAR_OK);
 		assert_rows(f, dst, a, b, 0, COLS);
-		assert_int_equal(dvar_reader__bytes_direct(r), 0);
+		assert_int_equal(dvar_reader__bytes_via(r, DVAR_VIA_DIRECT), 0);
 		if (cold)
 			assert_int_equal(leads(), before + 1);
 		else
@@ -383,11 +389,12 @@ static void test_format_direct__tf_rows(void **state)
 			void *base;
 			/* The first needed byte at the same place in a page as in the file. */
 			float *dst = buffer(n, (size_t)((off + (uint64_t)a * ROW_BYTES) % 4096), &base);
-			uint64_t before = dvar_reader_bytes_read(r), dbefore = dvar_reader__bytes_direct(r);
+			uint64_t before = dvar_reader_bytes_read(r);
+			uint64_t dbefore = dvar_reader__bytes_via(r, DVAR_VIA_DIRECT);
 			assert_int_equal(read_rows(r, "t", a, b, 0, COLS, dst), DVAR_OK);
 			assert_rows(f, dst, a, b, 0, COLS);
 			assert_int_equal(dvar_reader_bytes_read(r) - before, n);
-			uint64_t direct = dvar_reader__bytes_direct(r) - dbefore;
+			uint64_t direct = dvar_reader__bytes_via(r, DVAR_VIA_DIRECT) - dbefore;
 			if (modes[m] == DVAR_DIRECT_ALWAYS && f->direct_ok && n >= (3u << 20))
 				assert_true(direct >= n - 8192 && direct <= n);
 			else if (modes[m] != DVAR_DIRECT_AUTO && modes[m] != DVAR_DIRECT_ALWAYS)
@@ -448,9 +455,9 @@ static void test_format_direct__threads(void **state)
 			assert_true(jobs[k].same);
 		}
 		if (m == DVAR_DIRECT_REFUSED)
-			assert_int_equal(dvar_reader__bytes_direct(r), 0);
+			assert_int_equal(dvar_reader__bytes_via(r, DVAR_VIA_DIRECT), 0);
 		else if (f->direct_ok)
-			assert_true(dvar_reader__bytes_direct(r) > 0);
+			assert_true(dvar_reader__bytes_via(r, DVAR_VIA_DIRECT) > 0);
 		dvar_reader_free(r);
 	}
 }

@@ -328,7 +328,7 @@ static void test_format_root__reader_outlives_deletion(void **state)
 	dvar_reader__direct(DVAR_DIRECT_ALWAYS);
 	assert_int_equal(dvar_reader_read(r, i, NULL, got, BIG * sizeof *got), DVAR_OK);
 	dvar_reader__direct(DVAR_DIRECT_AUTO);
-	assert_true(dvar_reader__bytes_direct(r) > 0);
+	assert_true(dvar_reader__bytes_via(r, DVAR_VIA_DIRECT) > 0);
 	for (int k = 0; k < BIG; k++)
 		assert_true(got[k] == (float)(2000000 + k) && ((const float *)m.data)[k] == got[k]);
 	dvar_reader_unmap(&m);
