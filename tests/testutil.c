@@ -308,3 +308,29 @@ double tu_get(int dtype, const void *buf, size_t i)
 	                 DVAR_OK);
 	return d;
 }
+
+void tu_list_dir(const char *dir, char *buf, size_t cap)
+{
+	char names[64][256];
+	size_t n = 0, used = 0;
+	DIR *d = opendir(dir);
+	struct dirent *e;
+
+	assert_non_null(d);
+	while ((e = readdir(d)) && n < 64)
+		if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+			snprintf(names[n++], sizeof(names[0]), "%s", e->d_name);
+	closedir(d);
+	qsort(names, n, sizeof(names[0]), (int (*)(const void *, const void *))strcmp);
+	buf[0] = '\0';
+	for (size_t i = 0; i < n && used < cap; i++)
+		used += (size_t)snprintf(buf + used, cap - used, "%s%s", i ? " " : "", names[i]);
+}
+
+void tu_assert_listing(const char *dir, const char *want)
+{
+	char got[4096];
+
+	tu_list_dir(dir, got, sizeof(got));
+	assert_string_equal(got, want);
+}

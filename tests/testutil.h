@@ -46,6 +46,13 @@ char *tu_path(const char *a, const char *b);
 /** A whole file, malloc'ed (one byte more than *len), or fail_msg saying why. */
 unsigned char *tu_slurp(const char *path, size_t *len);
 
+/** The names in dir (at most 64, besides . and ..), sorted, joined by
+ * spaces, into buf ("" when empty). */
+void tu_list_dir(const char *dir, char *buf, size_t cap);
+
+/** Assert that dir's listing (tu_list_dir) is want: "" for an empty one. */
+void tu_assert_listing(const char *dir, const char *want);
+
 /** Damage: the byte at off of path XORed with 0x40, written back and fsynced. */
 void tu_flip_byte(const char *path, uint64_t off);
 

@@ -11,7 +11,6 @@
  * twice the block size or more starting a block of its own; and what was
  * written decodes with tf.c's decoders and reads back through dvar_reader.
  */
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -76,44 +75,6 @@ static void assert_file(const char *path, const unsigned char *want, size_t wlen
 	size_t len;
 	unsigned char *got = tu_slurp(path, &len);
 	assert_bytes(got, len, want, wlen, path);
-	free(got);
-}
-
-/* Names in dir, sorted, joined by spaces ("" when empty); malloc'ed. */
-static char *listing(const char *dir)
-{
-	DIR *d = opendir(dir);
-	char *names[64];
-	size_t n = 0, len = 1;
-	assert_non_null(d);
-	struct dirent *e;
-	while ((e = readdir(d)))
-		if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") && n < 64) {
-			names[n] = strdup(e->d_name);
-			len += strlen(e->d_name) + 1;
-			n++;
-		}
-	closedir(d);
-	for (size_t i = 1; i < n; i++)
-		for (size_t j = i; j > 0 && strcmp(names[j - 1], names[j]) > 0; j--) {
-			char *t = names[j];
-			names[j] = names[j - 1];
-			names[j - 1] = t;
-		}
-	char *out = calloc(1, len);
-	for (size_t i = 0; i < n; i++) {
-		if (i)
-			strcat(out, " ");
-		strcat(out, names[i]);
-		free(names[i]);
-	}
-	return out;
-}
-
-static void assert_listing(const char *dir, const char *want)
-{
-	char *got = listing(dir);
-	assert_string_equal(got, want);
 	free(got);
 }
 
@@ -257,7 +218,7 @@ static void test_format_tfwriter__embedding_example(void **state)
 	char *index = cat(prefix, ".index"), *data = cat(prefix, ".data-00000-of-00001");
 	assert_file(index, want, n);
 	assert_file(data, (const unsigned char *)v, sizeof(v));
-	assert_listing(*state, "embedding.ckpt.data-00000-of-00001 embedding.ckpt.index");
+	tu_assert_listing(*state, "embedding.ckpt.data-00000-of-00001 embedding.ckpt.index");
 	free(want);
 	free(index);
 	free(data);
@@ -670,7 +631,7 @@ static void test_format_tfwriter__bad_byte_counts(void **state)
 		assert_int_equal(dvar_tf_writer_commit(w), DVAR_EINVAL);
 		dvar_tf_writer_free(w);
 		/* The directories it made are gone too. */
-		assert_listing(*state, "");
+		tu_assert_listing(*state, "");
 		free(prefix);
 	}
 }
@@ -701,14 +662,14 @@ static void test_format_tfwriter__nothing_left_behind(void **state)
 	char *x = tu_path(*state, "x");
 	assert_true(dvar_fs_is_dir(x));
 	dvar_tf_writer_free(w);
-	assert_listing(*state, "");
+	tu_assert_listing(*state, "");
 
 	/* x exists already: free removes only the files. */
 	assert_int_equal(dvar_fs_mkdirs(x), DVAR_OK);
 	w = open_writer(prefix);
 	ok(dvar_tf_writer_add(w, "v", DVAR_FLOAT32, &s, NULL, v));
 	dvar_tf_writer_free(w);
-	assert_listing(x, "");
+	tu_assert_listing(x, "");
 
 	fault_index = cat(prefix, ".index");
 	fault_at = "tf-data-renamed";
@@ -720,7 +681,7 @@ static void test_format_tfwriter__nothing_left_behind(void **state)
 	dvar_tf_writer_free(w);
 	dvar__fault_hook = NULL;
 	fault_at = NULL;
-	assert_listing(x, "ckpt.index");
+	tu_assert_listing(x, "ckpt.index");
 	free(fault_index);
 	free(x);
 	free(prefix);

@@ -53,20 +53,3 @@ void tu_assert_ckpt_holds(const char *ckpt, const tu_array *want, size_t n)
 	dvar_reader_free(r);
 }
 
-void tu_list_dir(const char *dir, char *buf, size_t cap)
-{
-	char names[64][256];
-	size_t n = 0, used = 0;
-	DIR *d = opendir(dir);
-	struct dirent *e;
-
-	assert_non_null(d);
-	while ((e = readdir(d)) && n < 64)
-		if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
-			snprintf(names[n++], sizeof(names[0]), "%s", e->d_name);
-	closedir(d);
-	qsort(names, n, sizeof(names[0]), (int (*)(const void *, const void *))strcmp);
-	buf[0] = '\0';
-	for (size_t i = 0; i < n; i++)
-		used += (size_t)snprintf(buf + used, cap - used, "%s%s", i ? " " : "", names[i]);
-}

@@ -27,7 +27,5 @@ void tu_arrays_free(tu_array *a, size_t n);
  * shape and bytes), however their slices lie. */
 void tu_assert_ckpt_holds(const char *ckpt, const tu_array *want, size_t n);
 
-/* The names in dir, sorted, joined by spaces, into buf. */
-void tu_list_dir(const char *dir, char *buf, size_t cap);
 
 #endif
