@@ -217,21 +217,6 @@ static void test_core_crc32c__combine_zeros(void **state)
 	}
 }
 
-static void test_core_crc32c__combine_is_fast(void **state)
-{
-	uint32_t acc = 0;
-	double t0 = dvar_now(), dt;
-
-	(void)state;
-	for (uint32_t i = 0; i < 100000; i++)
-		acc = dvar_crc32c_combine(acc, i, 65536);
-	dt = dvar_now() - t0;
-	print_message("100000 combines of 64 KiB blocks: %.1f ms\n", dt * 1e3);
-	assert_true(acc != 0);
-	/* about 10 ms here; the bound only catches an accidental O(n) method */
-	assert_true(dt < 2.0);
-}
-
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -241,7 +226,6 @@ int main(void)
 		cmocka_unit_test(test_core_crc32c__extend),
 		cmocka_unit_test(test_core_crc32c__combine),
 		cmocka_unit_test(test_core_crc32c__combine_zeros),
-		cmocka_unit_test(test_core_crc32c__combine_is_fast),
 	};
 	return cmocka_run_group_tests_name("core/crc32c", tests, NULL, NULL);
 }
