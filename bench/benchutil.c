@@ -449,16 +449,31 @@ static void *range_reader(void *arg)
 }
 
 double bench_raw_read_range(const char *path, void *buf, uint64_t off, uint64_t len, int threads,
-                            int cold)
+                            int cold, int direct)
 {
 	uint64_t lo = off / 4096 * 4096, hi = (off + len + 4095) / 4096 * 4096;
 	pthread_t th[64];
-	double t0, buffered, direct;
+	double t0;
 	int fd;
 
 	if (cold)
 		bench_drop_caches();
 	t0 = bench_now();
+	if (direct && (fd = open(path, O_RDONLY | O_DIRECT)) >= 0) {
+		range_read rr = { fd, buf, lo, hi - lo, 0 };
+		if (threads < 1)
+			threads = 1;
+		if (threads > 64)
+			threads = 64;
+		for (int k = 0; k < threads; k++)
+			if (pthread_create(&th[k], NULL, range_reader, &rr))
+				bench_fatal("cannot start a thread");
+		for (int k = 0; k < threads; k++)
+			pthread_join(th[k], NULL);
+		close(fd);
+		return bench_now() - t0;
+	}
+	/* Buffered, or where O_DIRECT is refused (tmpfs). */
 	if ((fd = open(path, O_RDONLY)) < 0)
 		bench_fatal("open %s: %s", path, strerror(errno));
 	for (uint64_t done = 0; done < len;) {
@@ -468,27 +483,8 @@ double bench_raw_read_range(const char *path, void *buf, uint64_t off, uint64_t 
 			bench_fatal("read %s: %s", path, r < 0 ? strerror(errno) : "short file");
 		done += (uint64_t)r;
 	}
-	buffered = bench_now() - t0;
 	close(fd);
-
-	if (cold)
-		bench_drop_caches();
-	t0 = bench_now();
-	if ((fd = open(path, O_RDONLY | O_DIRECT)) < 0)
-		return buffered; /* tmpfs */
-	range_read rr = { fd, buf, lo, hi - lo, 0 };
-	if (threads < 1)
-		threads = 1;
-	if (threads > 64)
-		threads = 64;
-	for (int k = 0; k < threads; k++)
-		if (pthread_create(&th[k], NULL, range_reader, &rr))
-			bench_fatal("cannot start a thread");
-	for (int k = 0; k < threads; k++)
-		pthread_join(th[k], NULL);
-	direct = bench_now() - t0;
-	close(fd);
-	return direct < buffered ? direct : buffered;
+	return bench_now() - t0;
 }
 
 int bench_drop_caches(void)

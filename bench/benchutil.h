@@ -167,14 +167,14 @@ double bench_raw_write(const char *path, const void *buf, uint64_t bytes, int di
  * (O_DIRECT with direct); bench_fatal on an error or a short file. */
 double bench_raw_read(const char *path, void *buf, uint64_t bytes, int direct);
 
-/* Seconds to open path and read the len bytes at off into buf, the faster
- * of two ways (each after a cache drop when cold, the open timed too, as a
- * reader's open is): one buffered read() after another (the kernel's
- * readahead), and the page-aligned cover of the range with O_DIRECT, 4 MiB
- * reads in `threads` threads at once. The machine's limit for reading
- * those bytes; bench_fatal on an error. */
+/* Seconds to open path and read the len bytes at off into buf (after a
+ * cache drop when cold; the open timed too, as a reader's open is): one
+ * buffered read() after another (the kernel's readahead), or with direct
+ * the page-aligned cover of the range with O_DIRECT, 4 MiB reads in
+ * `threads` threads at once (buffered where O_DIRECT is refused).
+ * bench_fatal on an error. */
 double bench_raw_read_range(const char *path, void *buf, uint64_t off, uint64_t len, int threads,
-                            int cold);
+                            int cold, int direct);
 
 /* Drop the page cache (root only), dirty pages flushed first: 0 when it
  * worked, else -1. */
