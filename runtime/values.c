@@ -179,6 +179,16 @@ int dvar_values_set(dvar_values *v, int local, const dvar_shape *shape, const vo
 		                      "value's components have rank %d",
 		                      local, text, (int)shape->rank, rank);
 	}
+	c = &v->comp[local];
+	/* On the host a component of the same size is overwritten where it is:
+	 * a value set every step costs a copy, not fresh pages to fault in. A
+	 * device copy can fail halfway, so there the old one stays until the
+	 * new one is whole. */
+	if (bytes > 0 && bytes == c->bytes && c->data && !dvar_mem_on_device(v->s)) {
+		memmove(c->data, data, bytes);
+		c->shape = *shape;
+		return DVAR_OK;
+	}
 	if (bytes > 0) {
 		if (!(copy = dvar_mem_alloc(v->s, local, bytes, 0)))
 			return dvar_error_prefix("values_set (%zu bytes)", bytes);
@@ -187,7 +197,6 @@ int dvar_values_set(dvar_values *v, int local, const dvar_shape *shape, const vo
 			return rc;
 		}
 	}
-	c = &v->comp[local];
 	dvar_mem_free(v->s, local, c->data);
 	c->data = copy;
 	c->bytes = bytes;

@@ -999,6 +999,50 @@ static void test_runtime_values__unset_and_function_errors(void **state)
 	}
 }
 
+/* Setting a component again: the new bytes, in place when the size is the
+ * same (on the host), from the component's own pointer too; a new size
+ * gets a new buffer. */
+static void test_runtime_values__set_again(void **state)
+{
+	(void)state;
+	for (int R = 1; R <= MAX_R; R++) {
+		dvar_strategy *s = strategy_new(R);
+		dvar_values *v = NULL;
+		float a[8] = { 1, 2, 3, 4, 5, 6, 7, 8 }, b[4] = { -1, -2, -3, -4 };
+		dvar_shape four = { .rank = 1, .dims = { 4 } }, eight = { .rank = 1, .dims = { 8 } };
+		dvar_shape got;
+		const void *p1, *p2;
+
+		assert_int_equal(dvar_values_new(&v, s, DVAR_FLOAT32), DVAR_OK);
+		for (int l = 0; l < R; l++)
+			assert_int_equal(dvar_values_set(v, l, &four, a), DVAR_OK);
+		assert_int_equal(dvar_values_get(v, R - 1, NULL, &p1), DVAR_OK);
+		assert_int_equal(dvar_values_set(v, R - 1, &four, b), DVAR_OK);
+		assert_int_equal(dvar_values_get(v, R - 1, &got, &p2), DVAR_OK);
+		assert_ptr_equal(p1, p2);
+		assert_memory_equal(p2, b, sizeof b);
+		/* The others keep theirs. */
+		assert_int_equal(dvar_values_get(v, 0, NULL, &p1), DVAR_OK);
+		assert_memory_equal(p1, R > 1 ? a : b, sizeof b);
+		/* Its own bytes back in. */
+		assert_int_equal(dvar_values_set(v, R - 1, &four, p2), DVAR_OK);
+		assert_int_equal(dvar_values_get(v, R - 1, NULL, &p2), DVAR_OK);
+		assert_memory_equal(p2, b, sizeof b);
+		/* Another size: a new buffer. */
+		assert_int_equal(dvar_values_set(v, R - 1, &eight, a), DVAR_OK);
+		assert_int_equal(dvar_values_get(v, R - 1, &got, &p2), DVAR_OK);
+		assert_int_equal(got.dims[0], 8);
+		assert_memory_equal(p2, a, sizeof a);
+		/* A failed set changes nothing. */
+		assert_int_equal(dvar_values_set(v, R - 1, &eight, NULL), DVAR_EINVAL);
+		assert_int_equal(dvar_values_get(v, R - 1, &got, &p2), DVAR_OK);
+		assert_int_equal(got.dims[0], 8);
+		assert_memory_equal(p2, a, sizeof a);
+		dvar_values_free(v);
+		dvar_strategy_free(s);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1016,6 +1060,7 @@ int main(void)
 		cmocka_unit_test(test_runtime_values__bad_arguments),
 		cmocka_unit_test(test_runtime_values__dst_small_on_one_worker),
 		cmocka_unit_test(test_runtime_values__unset_and_function_errors),
+		cmocka_unit_test(test_runtime_values__set_again),
 	};
 	return cmocka_run_group_tests_name("runtime/values", tests, NULL, NULL);
 }
