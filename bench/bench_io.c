@@ -405,7 +405,8 @@ static void bench_partial(const char *dir, const tensor *t, const void *src, voi
 		}
 	if (!record_it)
 		return;
-	double buffered = bench_median(raw[0], PARTIAL_PAIRS), direct = bench_median(raw[1], PARTIAL_PAIRS);
+	double buffered = bench_median(raw[0], PARTIAL_PAIRS),
+	       direct = bench_median(raw[1], PARTIAL_PAIRS);
 	record(S_RAW_RANGE, need, buffered < direct ? buffered : direct);
 	record(S_PARTIAL_READ, need, bench_median(alone, PARTIAL_PAIRS));
 	record(S_PARTIAL, need, bench_median(whole, PARTIAL_PAIRS));
