@@ -553,7 +553,21 @@ static void test_format_roundtrip__cancel(void **state)
 	assert_int_equal(dvar_writer_add_many(w, req, 4), DVAR_OK);
 	assert_int_equal(dvar_writer_commit(w), DVAR_OK);
 	dvar_writer_free(w);
-	assert_true(dvar_fs_exists(path));
+	/* And holds the values. */
+	unsigned char *got = malloc(4u << 20);
+	dvar_reader *r;
+	size_t vi;
+	assert_non_null(got);
+	assert_int_equal(dvar_reader_open(&r, path, NULL), DVAR_OK);
+	assert_int_equal(dvar_reader_num_vars(r), 4);
+	for (int k = 0; k < 4; k++) {
+		memset(got, 0, 4u << 20);
+		assert_int_equal(dvar_reader_find(r, req[k].name, &vi), DVAR_OK);
+		assert_int_equal(dvar_reader_read(r, vi, NULL, got, 4u << 20), DVAR_OK);
+		assert_memory_equal(got, data, 4u << 20);
+	}
+	dvar_reader_free(r);
+	free(got);
 	free(data);
 	free(path);
 }
