@@ -180,12 +180,14 @@ int dvar_values_set(dvar_values *v, int local, const dvar_shape *shape, const vo
 		                      local, text, (int)shape->rank, rank);
 	}
 	c = &v->comp[local];
-	/* On the host a component of the same size is overwritten where it is:
-	 * a value set every step costs a copy, not fresh pages to fault in. A
-	 * device copy can fail halfway, so there the old one stays until the
-	 * new one is whole. */
-	if (bytes > 0 && bytes == c->bytes && c->data && !dvar_mem_on_device(v->s)) {
-		memmove(c->data, data, bytes);
+	/* A component of the same size is overwritten where it is: a value set
+	 * every step costs a copy, not an allocation (fresh pages to fault in;
+	 * on a GPU a cudaMalloc, and a cudaFree that waits for the device). A
+	 * device copy refuses bad pointers before it moves a byte; only a
+	 * broken device, which fails every later call too, stops one midway. */
+	if (bytes > 0 && bytes == c->bytes && c->data) {
+		if ((rc = dvar_mem_copy(v->s, local, c->data, data, bytes)) != DVAR_OK)
+			return rc;
 		c->shape = *shape;
 		return DVAR_OK;
 	}

@@ -4,7 +4,9 @@
  * call with every replica and worker; here each group's leader moves the
  * data on its stream: kernels combine the replicas that share its GPU,
  * NCCL combines the groups of every worker (one NCCL rank each), then the
- * leader copies the result to its group's other replicas.
+ * leader copies the result to its group's other replicas. An all-reduce
+ * on one GPU in all is one kernel: it reads every replica's source once
+ * and writes every replica's result (divided for a MEAN).
  *
  * All-reduce. By default in a fixed order, the same bytes in every run: a
  * reduce-scatter made of NCCL sends and receives, each rank then adding
@@ -219,7 +221,8 @@ static int allreduce_fixed_order(dvar_cuda *c, int g, cudaStream_t st, int dtype
 #endif
 
 /* Buffer i of the call: the group's replicas combined into the leader's
- * dst, then across the ranks. */
+ * dst, then across the ranks, then the result (divided for a MEAN) into
+ * every replica's dst. With one GPU in all, one pass does everything. */
 static int all_reduce_buffer(dvar_strategy *s, int g, const dvar_coll_args *a, size_t i,
                              cudaStream_t st)
 {
@@ -228,26 +231,28 @@ static int all_reduce_buffer(dvar_strategy *s, int g, const dvar_coll_args *a, s
 	int nm = dvar_cuda_members(c, g, &members);
 	int leader = dvar_cuda_leader(c, g);
 	int dtype = a->sig.dtype;
-	size_t count = a->counts[i], es = dvar_dtype_size(dtype);
+	size_t count = a->counts[i];
 	char *dst = (char *)s->args[leader]->dst[i];
 	dvar_kernel_op kop = dvar_kernel_op_of(a->sig.op);
+	int64_t divisor = a->sig.op == DVAR_REDUCE_MEAN ? s->N : 0;
 	const void *srcs[DVAR_MAX_REPLICAS];
+	void *dsts[DVAR_MAX_REPLICAS];
+	const void *result[1] = { dst };
 	int rc;
 
 	if (count == 0)
 		return DVAR_OK;
-	for (int k = 0; k < nm; k++)
+	for (int k = 0; k < nm; k++) {
 		srcs[k] = s->args[members[k]]->src[i];
-	if (nm == 1)
-		rc = srcs[0] == dst ? DVAR_OK
-		                    : check(cudaMemcpyAsync(dst, srcs[0], count * es,
-		                                            cudaMemcpyDeviceToDevice, st),
-		                            "all_reduce: copying the source");
-	else
-		rc = check(dvar_cuda_k_reduce(st, dtype, kop, dst, srcs, nm, count),
-		           "all_reduce: reducing the replicas of a GPU");
-	if (rc == DVAR_OK && dvar_cuda_num_ranks(c) > 1) {
+		dsts[k] = s->args[members[k]]->dst[i];
+	}
+	if (dvar_cuda_num_ranks(c) == 1)
+		return check(dvar_cuda_k_reduce_to(st, dtype, kop, dsts, nm, srcs, nm, count, divisor),
+		             "all_reduce: reducing the replicas of the GPU");
+	rc = check(dvar_cuda_k_reduce(st, dtype, kop, dst, srcs, nm, count),
+	           "all_reduce: reducing the replicas of a GPU");
 #if DVAR_WITH_NCCL
+	if (rc == DVAR_OK) {
 		ncclDataType_t t;
 
 		if (native(s, dtype) && nccl_type(dtype, &t))
@@ -258,19 +263,14 @@ static int all_reduce_buffer(dvar_strategy *s, int g, const dvar_coll_args *a, s
 			rc = allreduce_fixed_order(c, g, st, dtype, kop, dst, count,
 			                           dvar_cuda_scratch(c, leader, 0, 0),
 			                           dvar_cuda_scratch(c, leader, 1, 0));
+	}
 #else
+	if (rc == DVAR_OK)
 		rc = dvar_error_set(DVAR_ENOTSUPP, "all_reduce across GPUs needs NCCL");
 #endif
-	}
-	if (rc == DVAR_OK && a->sig.op == DVAR_REDUCE_MEAN)
-		rc = check(dvar_cuda_k_divide(st, dtype, dst, count, s->N), "all_reduce: dividing");
-	for (int k = 0; k < nm && rc == DVAR_OK; k++) {
-		char *d = (char *)s->args[members[k]]->dst[i];
-
-		if (d != dst)
-			rc = check(cudaMemcpyAsync(d, dst, count * es, cudaMemcpyDeviceToDevice, st),
-			           "all_reduce: copying the result to a replica");
-	}
+	if (rc == DVAR_OK)
+		rc = check(dvar_cuda_k_reduce_to(st, dtype, kop, dsts, nm, result, 1, count, divisor),
+		           "all_reduce: the result to the replicas");
 	return rc;
 }
 

@@ -99,24 +99,36 @@ template <typename F> HD F nan_max(F a, F b)
  * store(step(...step(step(load(s0), load(s1)), load(s2))...)).
  */
 
-/* Integers: ADD and SUB are instantiated with the unsigned type of the
- * width (wraps without UB; the signed dtypes share them, as in kernels.c),
- * MIN and MAX with the dtype's own type. */
-template <typename S, int OP> struct int_elem {
-	typedef S mem_t;
-	typedef S acc_t;
+/* dvar_kernel_divide of one element by d >= 2. Integers: C's `/` in
+ * int64_t or uint64_t (the signedness of S, the dtype's own type)
+ * truncates toward zero and cannot overflow. Floats: x / (F)d in the
+ * dtype; float16 / bfloat16 through float32, rounded once. */
+template <typename S> HD S div_int(S x, int64_t d)
+{
+	typedef typename std::conditional<std::is_signed<S>::value, int64_t, uint64_t>::type W;
 
-	static HD S load(S x) { return x; }
-	static HD S store(S a) { return a; }
-	static HD S step(S a, S b)
+	return (S)((W)x / (W)d);
+}
+
+/* Integers: ADD and SUB are instantiated with the unsigned type of the
+ * width, T (wraps without UB), MIN and MAX with the dtype's own type S;
+ * divide is S's. */
+template <typename T, typename S, int OP> struct int_elem {
+	typedef T mem_t;
+	typedef T acc_t;
+
+	static HD T load(T x) { return x; }
+	static HD T store(T a) { return a; }
+	static HD T step(T a, T b)
 	{
 		switch (OP) {
-		case DVAR_KOP_ADD: return (S)(a + b);
-		case DVAR_KOP_SUB: return (S)(a - b);
+		case DVAR_KOP_ADD: return (T)(a + b);
+		case DVAR_KOP_SUB: return (T)(a - b);
 		case DVAR_KOP_MIN: return a < b ? a : b;
 		default: return a > b ? a : b;
 		}
 	}
+	static HD T divide(T x, int64_t d) { return (T)div_int<S>((S)x, d); }
 };
 
 template <typename U, typename S> struct int_kind {
@@ -124,7 +136,7 @@ template <typename U, typename S> struct int_kind {
 	template <int OP>
 	using elem = int_elem<typename std::conditional<OP == DVAR_KOP_ADD || OP == DVAR_KOP_SUB,
 	                                                U, S>::type,
-	                      OP>;
+	                      S, OP>;
 };
 
 /* float32 and float64: computed in their own type. */
@@ -144,6 +156,7 @@ template <typename F> struct float_kind {
 			default: return nan_max(a, b);
 			}
 		}
+		static HD F divide(F x, int64_t d) { return nan_div(x, (F)d); }
 	};
 };
 
@@ -170,6 +183,10 @@ template <bool BF> struct narrow_kind {
 			case DVAR_KOP_MIN: return nan_min(a, b);
 			default: return nan_max(a, b);
 			}
+		}
+		static HD uint16_t divide(uint16_t x, int64_t d)
+		{
+			return narrow(nan_div(widen(x), (float)d));
 		}
 	};
 };
@@ -236,50 +253,18 @@ template <typename T> struct map_copy {
 	HD T operator()(T x) const { return x; }
 };
 
-/* dvar_kernel_divide for integers: C's `/` in W (uint64_t or int64_t)
- * truncates toward zero; divisor >= 2 cannot overflow. */
-template <typename T, typename W> struct map_div_int {
-	typedef T mem_t;
+/* dvar_kernel_divide by d >= 2 through the element class E of the dtype. */
+template <class E> struct map_div {
+	typedef typename E::mem_t mem_t;
 	int64_t d;
-	HD T operator()(T x) const { return (T)((W)x / (W)d); }
-};
-
-/* float32 / float64: x / (F)divisor in the dtype. */
-template <typename F> struct map_div_float {
-	typedef F mem_t;
-	int64_t d;
-	HD F operator()(F x) const { return nan_div(x, (F)d); }
-};
-
-/* float16 / bfloat16: through float32, rounded once. */
-template <bool BF> struct map_div_narrow {
-	typedef uint16_t mem_t;
-	int64_t d;
-	HD uint16_t operator()(uint16_t x) const
-	{
-		return narrow_kind<BF>::narrow(nan_div(narrow_kind<BF>::widen(x), (float)d));
-	}
+	HD mem_t operator()(mem_t x) const { return E::divide(x, d); }
 };
 
 /* Calls f with the divide map of dtype (divisor d >= 2); -1 for bool or
  * an unknown dtype. */
 template <class F> static int visit_divide(int dtype, int64_t d, F &&f)
 {
-	switch (dtype) {
-	case DVAR_UINT8: f(map_div_int<uint8_t, uint64_t>{ d }); return 0;
-	case DVAR_UINT16: f(map_div_int<uint16_t, uint64_t>{ d }); return 0;
-	case DVAR_UINT32: f(map_div_int<uint32_t, uint64_t>{ d }); return 0;
-	case DVAR_UINT64: f(map_div_int<uint64_t, uint64_t>{ d }); return 0;
-	case DVAR_INT8: f(map_div_int<int8_t, int64_t>{ d }); return 0;
-	case DVAR_INT16: f(map_div_int<int16_t, int64_t>{ d }); return 0;
-	case DVAR_INT32: f(map_div_int<int32_t, int64_t>{ d }); return 0;
-	case DVAR_INT64: f(map_div_int<int64_t, int64_t>{ d }); return 0;
-	case DVAR_FLOAT16: f(map_div_narrow<false>{ d }); return 0;
-	case DVAR_BFLOAT16: f(map_div_narrow<true>{ d }); return 0;
-	case DVAR_FLOAT32: f(map_div_float<float>{ d }); return 0;
-	case DVAR_FLOAT64: f(map_div_float<double>{ d }); return 0;
-	}
-	return -1;
+	return visit_arith(dtype, DVAR_KOP_ADD, [&](auto e) { f(map_div<decltype(e)>{ d }); });
 }
 
 /* variable.c's SPLIT_SIGNED: floor division, the remainder r one each to
@@ -375,17 +360,35 @@ struct src_strided {
 	}
 };
 
-/* dst[i] = s0[i] op s1[i] op ... op s(n-1)[i], left to right; n >= 2. Every
- * source is read before dst[i] is written, so dst may alias any source. */
-template <class E, class S> HD void reduce_at(void *dst, const S &s, int n, size_t i)
+/* Up to MAX_DESTINATIONS destinations of one reduce, passed by value. */
+struct dst_list {
+	void *p[DVAR_CUDA_MAX_DESTINATIONS];
+	int m;
+};
+
+/*
+ * Element i of a reduce: s0[i] op s1[i] op ... op s(n-1)[i], left to right
+ * (s0[i]'s bits when n = 1, as kernels.c copies a lone source), then
+ * divided by d when d >= 2 (a MEAN). Written to every destination after
+ * every source is read, so a destination may alias any source.
+ */
+template <class E, class S> HD void reduce_at(const dst_list &dsts, const S &s, int n, size_t i,
+                                              int64_t d)
 {
 	typedef typename E::mem_t T;
-	typename E::acc_t acc = E::step(E::load(s.template get<T>(0, i)),
-	                                E::load(s.template get<T>(1, i)));
+	T v = s.template get<T>(0, i);
 
-	for (int k = 2; k < n; k++)
-		acc = E::step(acc, E::load(s.template get<T>(k, i)));
-	((T *)dst)[i] = E::store(acc);
+	if (n > 1) {
+		typename E::acc_t acc = E::step(E::load(v), E::load(s.template get<T>(1, i)));
+
+		for (int k = 2; k < n; k++)
+			acc = E::step(acc, E::load(s.template get<T>(k, i)));
+		v = E::store(acc);
+	}
+	if (d > 1)
+		v = E::divide(v, d);
+	for (int j = 0; j < dsts.m; j++)
+		((T *)dsts.p[j])[i] = v;
 }
 
 /* One scatter work item: column c of the row that segment seg targets, its
@@ -432,10 +435,11 @@ __device__ __forceinline__ size_t grid_stride()
 }
 
 template <class E, class S>
-__global__ void __launch_bounds__(THREADS) k_reduce(void *dst, S s, int n, size_t count)
+__global__ void __launch_bounds__(THREADS) k_reduce(dst_list dsts, S s, int n, size_t count,
+                                                    int64_t d)
 {
 	for (size_t i = first_index(); i < count; i += grid_stride())
-		reduce_at<E>(dst, s, n, i);
+		reduce_at<E>(dsts, s, n, i, d);
 }
 
 template <class M>
@@ -482,29 +486,57 @@ template <class R> static cudaError_t reduce_pass(const void *const *srcs, int n
 
 /* ---------------------------------------------------------------- launchers */
 
-extern "C" cudaError_t dvar_cuda_k_reduce(cudaStream_t stream, int dtype, dvar_kernel_op op,
-                                          void *dst, const void *const *srcs, int n, size_t count)
+static dst_list make_dsts(void *const *dsts, int m)
+{
+	dst_list l = {};
+
+	for (int j = 0; j < m; j++)
+		l.p[j] = dsts[j];
+	l.m = m;
+	return l;
+}
+
+extern "C" cudaError_t dvar_cuda_k_reduce_to(cudaStream_t stream, int dtype, dvar_kernel_op op,
+                                             void *const *dsts, int m, const void *const *srcs,
+                                             int n, size_t count, int64_t divisor)
 {
 	cudaError_t err = cudaSuccess;
+	int first;
 
-	if (visit_arith(dtype, op, [](auto) {}) != 0 || n < 1 || n > DVAR_CUDA_MAX_SOURCES || !srcs)
+	if (visit_arith(dtype, op, [](auto) {}) != 0 || n < 1 || n > DVAR_CUDA_MAX_SOURCES || !srcs ||
+	    m < 1 || !dsts)
 		return cudaErrorInvalidValue;
 	if (count == 0)
 		return cudaSuccess;
-	/* One source: a copy, as kernels.c's memmove (no rounding, no quieting). */
-	if (n == 1)
-		return dst == srcs[0] ? cudaSuccess
-		                      : cudaMemcpyAsync(dst, srcs[0], count * elem_size(dtype),
-		                                        cudaMemcpyDeviceToDevice, stream);
+	/* One source to one place: a copy, as kernels.c's memmove. */
+	if (n == 1 && m == 1 && divisor <= 1)
+		return dsts[0] == srcs[0] ? cudaSuccess
+		                          : cudaMemcpyAsync(dsts[0], srcs[0], count * elem_size(dtype),
+		                                            cudaMemcpyDeviceToDevice, stream);
+	/* More destinations than a launch takes (replicas sharing a GPU, as
+	 * many as DVAR_MAX_REPLICAS): the first gets the result, the others
+	 * copies of it. */
+	first = m <= DVAR_CUDA_MAX_DESTINATIONS ? m : 1;
 	visit_arith(dtype, op, [&](auto e) {
 		typedef decltype(e) E;
 		err = reduce_pass(srcs, n, [&](const auto &l) {
 			typedef typename std::decay<decltype(l)>::type L;
-			k_reduce<E, L><<<grid_for(count), THREADS, 0, stream>>>(dst, l, n, count);
+			k_reduce<E, L><<<grid_for(count), THREADS, 0, stream>>>(make_dsts(dsts, first), l,
+			                                                        n, count, divisor);
 			return cudaGetLastError();
 		});
 	});
+	for (int j = first; j < m && err == cudaSuccess; j++)
+		if (dsts[j] != dsts[0])
+			err = cudaMemcpyAsync(dsts[j], dsts[0], count * elem_size(dtype),
+			                      cudaMemcpyDeviceToDevice, stream);
 	return err;
+}
+
+extern "C" cudaError_t dvar_cuda_k_reduce(cudaStream_t stream, int dtype, dvar_kernel_op op,
+                                          void *dst, const void *const *srcs, int n, size_t count)
+{
+	return dvar_cuda_k_reduce_to(stream, dtype, op, &dst, 1, srcs, n, count, 0);
 }
 
 extern "C" cudaError_t dvar_cuda_k_reduce_strided(cudaStream_t stream, int dtype,
@@ -525,7 +557,8 @@ extern "C" cudaError_t dvar_cuda_k_reduce_strided(cudaStream_t stream, int dtype
 		typedef decltype(e) E;
 		src_strided s = { src, stride };
 
-		k_reduce<E, src_strided><<<grid_for(count), THREADS, 0, stream>>>(dst, s, n, count);
+		k_reduce<E, src_strided><<<grid_for(count), THREADS, 0, stream>>>(make_dsts(&dst, 1), s,
+		                                                                  n, count, 0);
 		err = cudaGetLastError();
 	});
 	return err;
@@ -634,21 +667,18 @@ extern "C" int dvar_cuda_k_host_check(int kind, int dtype, dvar_kernel_op op, vo
 	};
 
 	switch (kind) {
-	case 0: /* reduce */
+	case 0: /* reduce, divided when divisor >= 2 */
 		if (visit_arith(dtype, op, [](auto) {}) != 0 || n < 1 ||
 		    n > DVAR_CUDA_MAX_SOURCES || !srcs)
 			return -1;
-		if (n == 1) {
-			if (count && dst != srcs[0])
-				memmove(dst, srcs[0], count * elem_size(dtype));
-			return 0;
-		}
 		/* The device's pass, as a host loop over the same list. */
 		return visit_arith(dtype, op, [&](auto e) {
 			typedef decltype(e) E;
 			reduce_pass(srcs, n, [&](const auto &l) {
+				dst_list d = make_dsts(&dst, 1);
+
 				for (size_t i = 0; i < count; i++)
-					reduce_at<E>(dst, l, n, i);
+					reduce_at<E>(d, l, n, i, divisor);
 				return cudaSuccess;
 			});
 		});

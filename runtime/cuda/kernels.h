@@ -34,6 +34,9 @@ extern "C" {
 /** The most sources one dvar_cuda_k_reduce takes (the replicas of a worker). */
 #define DVAR_CUDA_MAX_SOURCES 256
 
+/** The most destinations one pass of dvar_cuda_k_reduce_to writes. */
+#define DVAR_CUDA_MAX_DESTINATIONS 64
+
 /**
  * dst[i] = srcs[0][i] op ... op srcs[n-1][i] (dvar_kernel_reduce); dst may
  * alias any source. srcs is host memory holding n device pointers
@@ -41,6 +44,20 @@ extern "C" {
  */
 cudaError_t dvar_cuda_k_reduce(cudaStream_t stream, int dtype, dvar_kernel_op op, void *dst,
                                const void *const *srcs, int n, size_t count);
+
+/**
+ * Every dsts[j] (0 <= j < m) receives srcs[0][i] op ... op srcs[n-1][i],
+ * then divided by divisor when it is at least 2 (a MEAN): the reduce, the
+ * divide and m - 1 copies of the result in one pass over the memory, the
+ * same bytes as dvar_cuda_k_reduce, dvar_cuda_k_divide and copies. A
+ * destination may equal any source or another destination; otherwise the
+ * buffers must not overlap. srcs and dsts are host memory holding device
+ * pointers, read before the call returns. Above DVAR_CUDA_MAX_DESTINATIONS
+ * destinations the others are copies of dsts[0] made after the pass.
+ */
+cudaError_t dvar_cuda_k_reduce_to(cudaStream_t stream, int dtype, dvar_kernel_op op,
+                                  void *const *dsts, int m, const void *const *srcs, int n,
+                                  size_t count, int64_t divisor);
 
 /**
  * The same over n equal-length segments of one buffer: dst[i] =
@@ -84,7 +101,8 @@ cudaError_t dvar_cuda_k_scatter(cudaStream_t stream, int dtype, dvar_scatter_op 
 /**
  * Host test hook (no GPU needed): the device element code run on the host
  * over host buffers, for comparison with runtime/kernels.c. kind: 0 reduce
- * (dst = srcs[0..n) combined by op), 1 divide (dst in place by divisor;
+ * (dst = srcs[0..n) combined by op, then divided by divisor when it is at
+ * least 2, as dvar_cuda_k_reduce_to's pass), 1 divide (dst in place by divisor;
  * srcs, n unused), 2 split_sum (dst = the share of srcs[0], which may equal
  * dst; replica_id, num_replicas in divisor's low and high 32 bits). Returns
  * 0, or -1 for an unknown kind, dtype or op, bool, n outside

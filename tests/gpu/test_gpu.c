@@ -16,7 +16,8 @@
  *    compared within a tolerance (NCCL's order), integers exactly;
  *  - refused calls (host and device buffers mixed, replicas passing
  *    different kinds) and the strategy staying usable after them;
- *  - distributed values: where components live, strategy reduce and gather;
+ *  - distributed values: where components live, strategy reduce and gather,
+ *    a component set again in place (from host, device and its own memory);
  *  - distributed variables of every synchronization: updates with device
  *    and host values, scatters, reads into host and device memory in both
  *    contexts, then dvar_save / dvar_save_async from the GPUs, checkpoints
@@ -1459,6 +1460,55 @@ static size_t values_results(dvar_strategy *s, int gpu, const topo *t, const vsp
 	return n;
 }
 
+/* A component set again with the same size is overwritten in its device
+ * buffer, from host memory, from device memory and from itself; another
+ * size gets a new buffer. */
+static void values_set_again(dvar_strategy *g, const topo *t)
+{
+	enum { N = 1000 };
+	static float a[N], b[N], back[N];
+	dvar_shape sh = { 1, { N } }, half = { 1, { N / 2 } }, got;
+	dvar_values *v = NULL;
+	void *d = NULL;
+
+	if (dvar_values_new(&v, g, DVAR_FLOAT32) != DVAR_OK)
+		fail_msg("dvar_values_new: %s", dvar_error_last()->message);
+	CU_MAIN(cudaSetDevice(main_device(t)));
+	CU_MAIN(cudaMalloc(&d, sizeof a));
+	for (int l = 0; l < dvar_strategy_local_replicas(g); l++) {
+		const void *p, *q;
+
+		for (int i = 0; i < N; i++) {
+			a[i] = (float)(l * N + i);
+			b[i] = -a[i];
+		}
+		assert_int_equal(dvar_values_set(v, l, &sh, a), DVAR_OK);
+		assert_int_equal(dvar_values_get(v, l, NULL, &p), DVAR_OK);
+		assert_int_equal(dvar_values_set(v, l, &sh, b), DVAR_OK);
+		assert_int_equal(dvar_values_get(v, l, NULL, &q), DVAR_OK);
+		assert_ptr_equal(p, q);
+		CU_MAIN(cudaMemcpy(back, q, sizeof back, cudaMemcpyDefault));
+		assert_memory_equal(back, b, sizeof b);
+		/* From device memory, then from its own buffer. */
+		CU_MAIN(cudaMemcpy(d, a, sizeof a, cudaMemcpyHostToDevice));
+		assert_int_equal(dvar_values_set(v, l, &sh, d), DVAR_OK);
+		assert_int_equal(dvar_values_set(v, l, &sh, q), DVAR_OK);
+		assert_int_equal(dvar_values_get(v, l, NULL, &q), DVAR_OK);
+		assert_ptr_equal(p, q);
+		CU_MAIN(cudaMemcpy(back, q, sizeof back, cudaMemcpyDefault));
+		assert_memory_equal(back, a, sizeof a);
+		/* Another size: its own buffer, with the new bytes. */
+		assert_int_equal(dvar_values_set(v, l, &half, b), DVAR_OK);
+		assert_int_equal(dvar_values_get(v, l, &got, &q), DVAR_OK);
+		assert_int_equal(got.dims[0], N / 2);
+		CU_MAIN(cudaMemcpy(back, q, sizeof b / 2, cudaMemcpyDefault));
+		assert_memory_equal(back, b, sizeof b / 2);
+	}
+	CU_MAIN(cudaSetDevice(main_device(t)));
+	CU_MAIN(cudaFree(d));
+	dvar_values_free(v);
+}
+
 static void test_gpu__values(void **state)
 {
 	const topo *t = *state;
@@ -1492,6 +1542,7 @@ static void test_gpu__values(void **state)
 				         dvar_dtype_name(dts[d]), ragged ? " (ragged rows)" : "", i, na);
 			}
 		}
+	values_set_again(g, t);
 	cudaSetDevice(main_device(t));
 	cudaFree(dev);
 	free(a);

@@ -472,6 +472,53 @@ static void test_cuda_kernels__divide(void **state)
 				             31 * v + c);
 }
 
+/* A reduce divided in the same pass (dvar_cuda_k_reduce_to, a MEAN on one
+ * GPU) against kernels.c's reduce followed by its divide; the destination
+ * is the first source, as in an in-place all-reduce. */
+static void test_cuda_kernels__reduce_divide(void **state)
+{
+	static const int ns[] = { 1, 2, 3, 65 };
+	enum { COUNT = 1000 };
+
+	(void)state;
+	for (size_t d = 0; d < ELEM_NUM_NUMERIC; d++) {
+		int dtype = elem_numeric_dtypes[d];
+		size_t bytes = COUNT * dvar_dtype_size(dtype);
+
+		for (size_t j = 0; j < sizeof ns / sizeof ns[0]; j++)
+			for (size_t o = 0; o < 4; o++)
+				for (size_t v = 0; v < NUM_DIVISORS; v++) {
+					int n = ns[j];
+					unsigned char *a[65], *b[65];
+					const void *sa[65], *sb[65];
+					char what[64];
+
+					for (int k = 0; k < n; k++) {
+						a[k] = malloc(bytes);
+						b[k] = malloc(bytes);
+						assert_non_null(a[k]);
+						assert_non_null(b[k]);
+						fill(dtype, a[k], COUNT, 5 * v + 11 * k + 97 * o + j, 5);
+						memcpy(b[k], a[k], bytes);
+						sa[k] = a[k];
+						sb[k] = b[k];
+					}
+					dvar_kernel_reduce(dtype, all_ops[o], a[0], sa, n, COUNT);
+					dvar_kernel_divide(dtype, a[0], COUNT, divisors[v]);
+					assert_int_equal(dvar_cuda_k_host_check(0, dtype, all_ops[o], b[0], sb, n,
+					                                        COUNT, divisors[v]),
+					                 0);
+					snprintf(what, sizeof what, "%s of %d / %lld", op_names[all_ops[o]], n,
+					         (long long)divisors[v]);
+					expect_same(dtype, a[0], b[0], COUNT, what);
+					for (int k = 0; k < n; k++) {
+						free(a[k]);
+						free(b[k]);
+					}
+				}
+	}
+}
+
 static int64_t split_arg(int replica_id, int num_replicas)
 {
 	return (int64_t)(((uint64_t)(uint32_t)num_replicas << 32) | (uint32_t)replica_id);
@@ -586,6 +633,7 @@ int main(void)
 		cmocka_unit_test(test_cuda_kernels__int_extremes),
 		cmocka_unit_test(test_cuda_kernels__float_cases),
 		cmocka_unit_test(test_cuda_kernels__divide),
+		cmocka_unit_test(test_cuda_kernels__reduce_divide),
 		cmocka_unit_test(test_cuda_kernels__split_sum),
 		cmocka_unit_test(test_cuda_kernels__refused),
 	};
