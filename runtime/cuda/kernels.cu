@@ -14,7 +14,8 @@
  *    operand quieted, else the right one, else a negative default NaN).
  *
  * Launch shape: grid-stride loops, THREADS threads per block, at most
- * MAX_BLOCKS blocks, size_t indices (counts above 2^32 are fine). Pointers
+ * MAX_BLOCKS blocks, size_t indices (counts above 2^32 are fine); a
+ * reduce thread takes UNROLL elements a grid stride apart per round. Pointers
  * must be aligned to their element size, since elements are loaded as
  * their own type: dvar's buffers are, and so is any element offset into
  * them (all_reduce_n's concatenations included).
@@ -42,6 +43,8 @@
 enum {
 	THREADS = 256,
 	MAX_BLOCKS = 65535 * 4,
+	/* Elements a reduce thread takes per round (k_reduce). */
+	UNROLL = 4,
 	/* Source pointers a reduce launch takes by value in its parameters:
 	 * 512 bytes for the usual few replicas, 2 KiB (of the 4 KiB a launch
 	 * may pass) up to DVAR_CUDA_MAX_SOURCES. */
@@ -116,6 +119,7 @@ template <typename S> HD S div_int(S x, int64_t d)
 template <typename T, typename S, int OP> struct int_elem {
 	typedef T mem_t;
 	typedef T acc_t;
+	static constexpr int op = OP;
 
 	static HD T load(T x) { return x; }
 	static HD T store(T a) { return a; }
@@ -144,6 +148,7 @@ template <typename F> struct float_kind {
 	template <int OP> struct elem {
 		typedef F mem_t;
 		typedef F acc_t;
+		static constexpr int op = OP;
 
 		static HD F load(F x) { return x; }
 		static HD F store(F a) { return a; }
@@ -172,6 +177,7 @@ template <bool BF> struct narrow_kind {
 	template <int OP> struct elem {
 		typedef uint16_t mem_t;
 		typedef float acc_t;
+		static constexpr int op = OP;
 
 		static HD float load(uint16_t x) { return widen(x); }
 		static HD uint16_t store(float a) { return narrow(a); }
@@ -367,28 +373,40 @@ struct dst_list {
 };
 
 /*
- * Element i of a reduce: s0[i] op s1[i] op ... op s(n-1)[i], left to right
- * (s0[i]'s bits when n = 1, as kernels.c copies a lone source), then
- * divided by d when d >= 2 (a MEAN). Written to every destination after
- * every source is read, so a destination may alias any source.
+ * Elements i, i + step, ..., i + (U - 1) * step of a reduce (those below
+ * count), into v: for each, s0 op s1 op ... op s(n-1), left to right (s0's
+ * bits when n = 1, as kernels.c copies a lone source), then, for ADD,
+ * divided by d when d >= 2 (a MEAN). A source's U loads are issued
+ * together, before the values they update are used, so that a GPU thread
+ * has U loads in flight, not one.
  */
-template <class E, class S> HD void reduce_at(const dst_list &dsts, const S &s, int n, size_t i,
-                                              int64_t d)
+template <class E, int U, class S> HD void reduce_values(const S &s, int n, size_t i, size_t step,
+                                                         size_t count, int64_t d,
+                                                         typename E::mem_t *v)
 {
 	typedef typename E::mem_t T;
-	T v = s.template get<T>(0, i);
+	typename E::acc_t acc[U];
 
+	for (int u = 0; u < U; u++)
+		v[u] = i + u * step < count ? s.template get<T>(0, i + u * step) : T();
 	if (n > 1) {
-		typename E::acc_t acc = E::step(E::load(v), E::load(s.template get<T>(1, i)));
+		for (int u = 0; u < U; u++)
+			acc[u] = E::load(v[u]);
+		for (int k = 1; k < n; k++) {
+			T w[U];
 
-		for (int k = 2; k < n; k++)
-			acc = E::step(acc, E::load(s.template get<T>(k, i)));
-		v = E::store(acc);
+			for (int u = 0; u < U; u++)
+				w[u] = i + u * step < count ? s.template get<T>(k, i + u * step) : T();
+			for (int u = 0; u < U; u++)
+				acc[u] = E::step(acc[u], E::load(w[u]));
+		}
+		for (int u = 0; u < U; u++)
+			v[u] = E::store(acc[u]);
 	}
-	if (d > 1)
-		v = E::divide(v, d);
-	for (int j = 0; j < dsts.m; j++)
-		((T *)dsts.p[j])[i] = v;
+	if constexpr (E::op == DVAR_KOP_ADD)
+		if (d > 1)
+			for (int u = 0; u < U; u++)
+				v[u] = E::divide(v[u], d);
 }
 
 /* One scatter work item: column c of the row that segment seg targets, its
@@ -434,12 +452,31 @@ __device__ __forceinline__ size_t grid_stride()
 	return (size_t)gridDim.x * blockDim.x;
 }
 
+/* One thread's share of a reduce: elements i, i + step, ... below count,
+ * UNROLL of them per round, all their loads before any of their stores (a
+ * store may alias a source, so the compiler would not move a later
+ * element's loads above it), every destination written after every source
+ * is read, so that a destination may alias any source. */
+template <class E, class S> HD void reduce_thread(const dst_list &dsts, const S &s, int n,
+                                                  size_t count, int64_t d, size_t i, size_t step)
+{
+	typedef typename E::mem_t T;
+
+	for (; i < count; i += UNROLL * step) {
+		T v[UNROLL];
+
+		reduce_values<E, UNROLL>(s, n, i, step, count, d, v);
+		for (int u = 0; u < UNROLL && i + u * step < count; u++)
+			for (int j = 0; j < dsts.m; j++)
+				((T *)dsts.p[j])[i + u * step] = v[u];
+	}
+}
+
 template <class E, class S>
 __global__ void __launch_bounds__(THREADS) k_reduce(dst_list dsts, S s, int n, size_t count,
                                                     int64_t d)
 {
-	for (size_t i = first_index(); i < count; i += grid_stride())
-		reduce_at<E>(dsts, s, n, i, d);
+	reduce_thread<E>(dsts, s, n, count, d, first_index(), grid_stride());
 }
 
 template <class M>
@@ -469,6 +506,12 @@ static unsigned int grid_for(size_t items)
 	size_t blocks = (items + THREADS - 1) / THREADS;
 
 	return blocks < MAX_BLOCKS ? (unsigned int)blocks : (unsigned int)MAX_BLOCKS;
+}
+
+/* The threads' work items of a reduce of count elements: UNROLL each. */
+static size_t reduce_items(size_t count)
+{
+	return (count + UNROLL - 1) / UNROLL;
 }
 
 /*
@@ -504,7 +547,7 @@ extern "C" cudaError_t dvar_cuda_k_reduce_to(cudaStream_t stream, int dtype, dva
 	int first;
 
 	if (visit_arith(dtype, op, [](auto) {}) != 0 || n < 1 || n > DVAR_CUDA_MAX_SOURCES || !srcs ||
-	    m < 1 || !dsts)
+	    m < 1 || !dsts || (divisor > 1 && op != DVAR_KOP_ADD))
 		return cudaErrorInvalidValue;
 	if (count == 0)
 		return cudaSuccess;
@@ -521,8 +564,8 @@ extern "C" cudaError_t dvar_cuda_k_reduce_to(cudaStream_t stream, int dtype, dva
 		typedef decltype(e) E;
 		err = reduce_pass(srcs, n, [&](const auto &l) {
 			typedef typename std::decay<decltype(l)>::type L;
-			k_reduce<E, L><<<grid_for(count), THREADS, 0, stream>>>(make_dsts(dsts, first), l,
-			                                                        n, count, divisor);
+			k_reduce<E, L><<<grid_for(reduce_items(count)), THREADS, 0, stream>>>(
+			        make_dsts(dsts, first), l, n, count, divisor);
 			return cudaGetLastError();
 		});
 	});
@@ -557,8 +600,8 @@ extern "C" cudaError_t dvar_cuda_k_reduce_strided(cudaStream_t stream, int dtype
 		typedef decltype(e) E;
 		src_strided s = { src, stride };
 
-		k_reduce<E, src_strided><<<grid_for(count), THREADS, 0, stream>>>(make_dsts(&dst, 1), s,
-		                                                                  n, count, 0);
+		k_reduce<E, src_strided><<<grid_for(reduce_items(count)), THREADS, 0, stream>>>(
+		        make_dsts(&dst, 1), s, n, count, 0);
 		err = cudaGetLastError();
 	});
 	return err;
@@ -667,18 +710,20 @@ extern "C" int dvar_cuda_k_host_check(int kind, int dtype, dvar_kernel_op op, vo
 	};
 
 	switch (kind) {
-	case 0: /* reduce, divided when divisor >= 2 */
+	case 0: /* reduce; an ADD divided when divisor >= 2 */
 		if (visit_arith(dtype, op, [](auto) {}) != 0 || n < 1 ||
-		    n > DVAR_CUDA_MAX_SOURCES || !srcs)
+		    n > DVAR_CUDA_MAX_SOURCES || !srcs || (divisor > 1 && op != DVAR_KOP_ADD))
 			return -1;
 		/* The device's pass, as a host loop over the same list. */
 		return visit_arith(dtype, op, [&](auto e) {
 			typedef decltype(e) E;
 			reduce_pass(srcs, n, [&](const auto &l) {
 				dst_list d = make_dsts(&dst, 1);
+				size_t threads = reduce_items(count);
 
-				for (size_t i = 0; i < count; i++)
-					reduce_at<E>(d, l, n, i, divisor);
+				/* A grid of one element-group per thread, in thread order. */
+				for (size_t t = 0; t < threads; t++)
+					reduce_thread<E>(d, l, n, count, divisor, t, threads);
 				return cudaSuccess;
 			});
 		});

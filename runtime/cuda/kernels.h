@@ -47,7 +47,8 @@ cudaError_t dvar_cuda_k_reduce(cudaStream_t stream, int dtype, dvar_kernel_op op
 
 /**
  * Every dsts[j] (0 <= j < m) receives srcs[0][i] op ... op srcs[n-1][i],
- * then divided by divisor when it is at least 2 (a MEAN): the reduce, the
+ * then divided by divisor when it is at least 2 (a MEAN: op must be
+ * DVAR_KOP_ADD, else cudaErrorInvalidValue): the reduce, the
  * divide and m - 1 copies of the result in one pass over the memory, the
  * same bytes as dvar_cuda_k_reduce, dvar_cuda_k_divide and copies. A
  * destination may equal any source or another destination; otherwise the
@@ -101,8 +102,9 @@ cudaError_t dvar_cuda_k_scatter(cudaStream_t stream, int dtype, dvar_scatter_op 
 /**
  * Host test hook (no GPU needed): the device element code run on the host
  * over host buffers, for comparison with runtime/kernels.c. kind: 0 reduce
- * (dst = srcs[0..n) combined by op, then divided by divisor when it is at
- * least 2, as dvar_cuda_k_reduce_to's pass), 1 divide (dst in place by divisor;
+ * (dst = srcs[0..n) combined by op, then, for DVAR_KOP_ADD alone, divided
+ * by divisor when it is at least 2: dvar_cuda_k_reduce_to's pass, thread by
+ * thread as a grid runs it), 1 divide (dst in place by divisor;
  * srcs, n unused), 2 split_sum (dst = the share of srcs[0], which may equal
  * dst; replica_id, num_replicas in divisor's low and high 32 bits). Returns
  * 0, or -1 for an unknown kind, dtype or op, bool, n outside

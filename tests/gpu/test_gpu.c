@@ -1491,6 +1491,9 @@ static void values_set_again(dvar_strategy *g, const topo *t)
 		assert_memory_equal(back, b, sizeof b);
 		/* From device memory, then from its own buffer. */
 		CU_MAIN(cudaMemcpy(d, a, sizeof a, cudaMemcpyHostToDevice));
+		/* From pageable memory that copy may still be landing when it
+		 * returns, and dvar's streams do not wait for the default one. */
+		CU_MAIN(cudaDeviceSynchronize());
 		assert_int_equal(dvar_values_set(v, l, &sh, d), DVAR_OK);
 		assert_int_equal(dvar_values_set(v, l, &sh, q), DVAR_OK);
 		assert_int_equal(dvar_values_get(v, l, NULL, &q), DVAR_OK);

@@ -472,7 +472,7 @@ static void test_cuda_kernels__divide(void **state)
 				             31 * v + c);
 }
 
-/* A reduce divided in the same pass (dvar_cuda_k_reduce_to, a MEAN on one
+/* A sum divided in the same pass (dvar_cuda_k_reduce_to, a MEAN on one
  * GPU) against kernels.c's reduce followed by its divide; the destination
  * is the first source, as in an in-place all-reduce. */
 static void test_cuda_kernels__reduce_divide(void **state)
@@ -486,36 +486,34 @@ static void test_cuda_kernels__reduce_divide(void **state)
 		size_t bytes = COUNT * dvar_dtype_size(dtype);
 
 		for (size_t j = 0; j < sizeof ns / sizeof ns[0]; j++)
-			for (size_t o = 0; o < 4; o++)
-				for (size_t v = 0; v < NUM_DIVISORS; v++) {
-					int n = ns[j];
-					unsigned char *a[65], *b[65];
-					const void *sa[65], *sb[65];
-					char what[64];
+			for (size_t v = 0; v < NUM_DIVISORS; v++) {
+				int n = ns[j];
+				unsigned char *a[65], *b[65];
+				const void *sa[65], *sb[65];
+				char what[64];
 
-					for (int k = 0; k < n; k++) {
-						a[k] = malloc(bytes);
-						b[k] = malloc(bytes);
-						assert_non_null(a[k]);
-						assert_non_null(b[k]);
-						fill(dtype, a[k], COUNT, 5 * v + 11 * k + 97 * o + j, 5);
-						memcpy(b[k], a[k], bytes);
-						sa[k] = a[k];
-						sb[k] = b[k];
-					}
-					dvar_kernel_reduce(dtype, all_ops[o], a[0], sa, n, COUNT);
-					dvar_kernel_divide(dtype, a[0], COUNT, divisors[v]);
-					assert_int_equal(dvar_cuda_k_host_check(0, dtype, all_ops[o], b[0], sb, n,
-					                                        COUNT, divisors[v]),
-					                 0);
-					snprintf(what, sizeof what, "%s of %d / %lld", op_names[all_ops[o]], n,
-					         (long long)divisors[v]);
-					expect_same(dtype, a[0], b[0], COUNT, what);
-					for (int k = 0; k < n; k++) {
-						free(a[k]);
-						free(b[k]);
-					}
+				for (int k = 0; k < n; k++) {
+					a[k] = malloc(bytes);
+					b[k] = malloc(bytes);
+					assert_non_null(a[k]);
+					assert_non_null(b[k]);
+					fill(dtype, a[k], COUNT, 5 * v + 11 * k + j, 5);
+					memcpy(b[k], a[k], bytes);
+					sa[k] = a[k];
+					sb[k] = b[k];
 				}
+				dvar_kernel_reduce(dtype, DVAR_KOP_ADD, a[0], sa, n, COUNT);
+				dvar_kernel_divide(dtype, a[0], COUNT, divisors[v]);
+				assert_int_equal(
+				    dvar_cuda_k_host_check(0, dtype, DVAR_KOP_ADD, b[0], sb, n, COUNT, divisors[v]),
+				    0);
+				snprintf(what, sizeof what, "sum of %d / %lld", n, (long long)divisors[v]);
+				expect_same(dtype, a[0], b[0], COUNT, what);
+				for (int k = 0; k < n; k++) {
+					free(a[k]);
+					free(b[k]);
+				}
+			}
 	}
 }
 
@@ -610,6 +608,8 @@ static void test_cuda_kernels__refused(void **state)
 	                                        DVAR_CUDA_MAX_SOURCES + 1, 4, 0),
 	                 -1);
 	assert_int_equal(dvar_cuda_k_host_check(3, DVAR_FLOAT32, DVAR_KOP_ADD, a, s, 2, 4, 0), -1);
+	/* A divisor with another operator than ADD (a MEAN sums). */
+	assert_int_equal(dvar_cuda_k_host_check(0, DVAR_FLOAT32, DVAR_KOP_SUB, a, s, 2, 4, 2), -1);
 	/* A replica outside [0, N). */
 	assert_int_equal(dvar_cuda_k_host_check(2, DVAR_INT32, DVAR_KOP_ADD, a, s, 1, 4,
 	                                        split_arg(2, 2)),
