@@ -25,7 +25,6 @@
  */
 #include <stddef.h>
 #include <stdint.h>
-#include <string.h>
 
 #include <type_traits>
 
@@ -46,8 +45,9 @@ enum {
 	/* Elements a reduce thread takes per round (k_reduce). */
 	UNROLL = 4,
 	/* Source pointers a reduce launch takes by value in its parameters:
-	 * 512 bytes for the usual few replicas, 2 KiB (of the 4 KiB a launch
-	 * may pass) up to DVAR_CUDA_MAX_SOURCES. */
+	 * 512 bytes for the usual few replicas, 2 KiB up to
+	 * DVAR_CUDA_MAX_SOURCES; with the 520 bytes of the destinations, within
+	 * the 4 KiB a launch may pass. */
 	FEW_SOURCES = 64
 };
 
