@@ -113,16 +113,21 @@ template <typename S> HD S div_int(S x, int64_t d)
 	return (S)((W)x / (W)d);
 }
 
-/* Integers: ADD and SUB are instantiated with the unsigned type of the
- * width, T (wraps without UB), MIN and MAX with the dtype's own type S;
- * divide is S's. */
-template <typename T, typename S, int OP> struct int_elem {
+/* What integers and float32 / float64 share: computed in the type in
+ * memory, no widening or narrowing. */
+template <typename T, int OP> struct plain_elem {
 	typedef T mem_t;
 	typedef T acc_t;
 	static constexpr int op = OP;
 
 	static HD T load(T x) { return x; }
 	static HD T store(T a) { return a; }
+};
+
+/* Integers: ADD and SUB are instantiated with the unsigned type of the
+ * width, T (wraps without UB), MIN and MAX with the dtype's own type S;
+ * divide is S's. */
+template <typename T, typename S, int OP> struct int_elem : plain_elem<T, OP> {
 	static HD T step(T a, T b)
 	{
 		switch (OP) {
@@ -145,13 +150,7 @@ template <typename U, typename S> struct int_kind {
 
 /* float32 and float64: computed in their own type. */
 template <typename F> struct float_kind {
-	template <int OP> struct elem {
-		typedef F mem_t;
-		typedef F acc_t;
-		static constexpr int op = OP;
-
-		static HD F load(F x) { return x; }
-		static HD F store(F a) { return a; }
+	template <int OP> struct elem : plain_elem<F, OP> {
 		static HD F step(F a, F b)
 		{
 			switch (OP) {
