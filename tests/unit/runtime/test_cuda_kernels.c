@@ -2,13 +2,14 @@
  * tests/unit/runtime/test_cuda_kernels.c - the CUDA kernels' element code
  * (runtime/cuda/kernels.cu) against the host kernels, byte for byte, on any
  * machine: dvar_cuda_k_host_check runs the device's __host__ __device__
- * functions on the host. Reduce for every numeric dtype and operator over
- * 1 to 256 sources (both of the device's pointer lists), divide,
- * and the SUM split, over data full of NaNs (quiet and signalling, with
- * payloads, both signs), infinities, signed zeros, subnormals, rounding
- * ties and integer extremes. Where two NaNs meet (two NaN sources, or a
- * NaN source after an inf - inf) both follow runtime/narrow.h's rule, so
- * every element is compared byte for byte, NaN results included.
+ * functions on the host. Reduce for every numeric dtype and operator over 1
+ * to 256 sources (both of the device's pointer lists), divide, a sum
+ * divided in the same pass (a MEAN) and the SUM split, over data full of
+ * NaNs (quiet and signalling, with payloads, both signs), infinities,
+ * signed zeros, subnormals, rounding ties and integer extremes. Where two
+ * NaNs meet (two NaN sources, or a NaN source after an inf - inf) both
+ * follow runtime/narrow.h's rule, so every element is compared byte for
+ * byte, NaN results included.
  */
 #include <math.h>
 #include <stdio.h>
