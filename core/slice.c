@@ -79,21 +79,29 @@ void dvar_slice_shape(const dvar_slice *slice, dvar_shape *out)
 		out->dims[d] = slice->length[d];
 }
 
+/* slice has shape's rank and lies inside it. */
+static int fits(const dvar_slice *slice, const dvar_shape *shape)
+{
+	if (slice->rank != shape->rank)
+		return 0;
+	for (int32_t d = 0; d < slice->rank; d++) {
+		int64_t start = slice->start[d], length = slice->length[d];
+		/* dim - start cannot overflow once both are known non-negative. */
+		if (start < 0 || length < 0 || shape->dims[d] < 0 || start > shape->dims[d] ||
+		    length > shape->dims[d] - start)
+			return 0;
+	}
+	return 1;
+}
+
 int dvar_slice_check(const dvar_slice *slice, const dvar_shape *shape)
 {
 	char stext[SLICE_TEXT_MAX], htext[SHAPE_TEXT_MAX];
-	int32_t d = 0;
 
 	if (!valid_rank(slice->rank))
 		return dvar_error_set(DVAR_EINVAL, "slice rank %d is outside 0..%d",
 		                      (int)slice->rank, DVAR_MAX_RANK);
-	/* dim - start cannot overflow once both are known non-negative. */
-	for (; slice->rank == shape->rank && d < slice->rank; d++)
-		if (slice->start[d] < 0 || slice->length[d] < 0 || shape->dims[d] < 0 ||
-		    slice->start[d] > shape->dims[d] ||
-		    slice->length[d] > shape->dims[d] - slice->start[d])
-			break;
-	if (slice->rank == shape->rank && d == slice->rank)
+	if (fits(slice, shape))
 		return DVAR_OK;
 	/* Formatted for the message only: a reader checks every slice it opens. */
 	dvar_slice_format(slice, NULL, stext, sizeof stext);

@@ -1000,8 +1000,8 @@ static void test_runtime_values__unset_and_function_errors(void **state)
 }
 
 /* Setting a component again: the new bytes, in place when the size is the
- * same (on the host), from the component's own pointer too; a new size
- * gets a new buffer. */
+ * same (gpu/cuda checks the same on a GPU), from the component's own
+ * pointer too; a new size gets a new buffer. */
 static void test_runtime_values__set_again(void **state)
 {
 	(void)state;
