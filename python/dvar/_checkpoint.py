@@ -25,6 +25,25 @@ _MAP_WHOLE = c_size_t(-1).value  # DVAR_MAP_WHOLE
 # Rows read one at a time (for a step along axis 0) when a row is at least this big.
 _ROW_READ_MIN = 64 << 10
 
+# Arrays read into are page-aligned from this size on (the reader's smallest
+# read straight from the disk, DIRECT_MIN in format/reader.c).
+_PAGE = 4096
+_ALIGN_MIN = 1 << 20
+
+
+def _empty(shape: Tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """np.empty, starting on a page when large. Chunks start on pages in
+    the data file, so the reader can then read a cold chunk's middle
+    straight from the disk into the array (O_DIRECT), without a copy out
+    of the page cache: NumPy's own large arrays start 16 bytes into one."""
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if nbytes < _ALIGN_MIN:
+        return np.empty(shape, dtype=dtype)
+    raw = np.empty(nbytes + _PAGE, dtype=np.uint8)
+    at = -raw.ctypes.data % _PAGE
+    return raw[at:at + nbytes].view(dtype).reshape(shape)
+
 
 @dataclass(frozen=True)
 class TensorInfo:
@@ -250,7 +269,7 @@ class Checkpoint(Mapping[str, "Tensor"]):
         tensors = [self[n] for n in dict.fromkeys(wanted)]  # each read once
         out: Dict[str, np.ndarray] = {}
         numeric = [t for t in tensors if t._code != _dtypes.STRING]
-        boxes = [np.empty(t.shape, dtype=_dtypes.STORAGE[t._code]) for t in numeric]
+        boxes = [_empty(t.shape, _dtypes.STORAGE[t._code]) for t in numeric]
         reqs = (ReadRequest * max(len(numeric), 1))()
         for k, (t, box) in enumerate(zip(numeric, boxes)):
             reqs[k].var, reqs[k].slice = t._i, None
@@ -407,7 +426,7 @@ class Tensor:
         if step0 is not None and len(length) and row_elems * storage.itemsize >= _ROW_READ_MIN:
             # A step along axis 0 over big rows: read only the rows selected.
             rows = list(step0)
-            box = np.empty((len(rows),) + tuple(length[1:]), dtype=storage)
+            box = _empty((len(rows),) + tuple(length[1:]), storage)
             for k, row in enumerate(rows):
                 s, n = list(start), list(length)
                 s[0], n[0] = row, 1
@@ -416,9 +435,9 @@ class Tensor:
         else:
             box = self._read_box(start, length)
         out = box[post]  # () on a 0-d box: a scalar, as NumPy's a[()]
-        if isinstance(out, np.ndarray) and out.base is box and any(
+        if isinstance(out, np.ndarray) and any(
                 isinstance(p, builtins.slice) and p.step not in (None, 1) for p in post):
-            out = out.copy()  # a view would keep the whole box alive
+            out = out.copy()  # a view of the box would keep all of it alive
         return self._finish(out)
 
     def _finish(self, a: Any) -> Any:
@@ -428,7 +447,7 @@ class Tensor:
         return a
 
     def _read_box(self, start, length) -> np.ndarray:
-        box = np.empty(tuple(length), dtype=_dtypes.STORAGE[self._code])
+        box = _empty(tuple(length), _dtypes.STORAGE[self._code])
         self._read_into(box, start, length)
         return box
 

@@ -237,3 +237,28 @@ def test_read_many_strings():
         got = ck.read_many()
         assert got["_CHECKPOINTABLE_OBJECT_GRAPH"][()] == ck["_CHECKPOINTABLE_OBJECT_GRAPH"][()]
         assert got["y/.ATTRIBUTES/VARIABLE_VALUE"][()] == 2.0
+
+
+def test_large_reads_land_on_pages(tmp_path):
+    # Arrays of 1 MiB and more are read into memory that starts on a page,
+    # where the reader can read cold chunks straight from the disk; they
+    # are plain writable arrays, equal to NumPy's slicing of the original.
+    rng = np.random.default_rng(9)
+    a = rng.random((1100, 300), dtype=np.float32)  # 1.3 MB; a row is not a page
+    path = str(tmp_path / "ck")
+    dvar.save(path, {"a": a, "small": a[:10]})
+    with dvar.open(path) as ck:
+        reads = {"whole": (np.asarray(ck["a"]), a), "many": (ck.read_many()["a"], a),
+                 "rows": (ck["a"][100:1000], a[100:1000])}
+        for what, (got, want) in reads.items():
+            assert got.ctypes.data % 4096 == 0, what
+            assert got.flags.writeable and got.flags.c_contiguous, what
+            np.testing.assert_array_equal(got, want)
+        small = np.asarray(ck["small"])
+        np.testing.assert_array_equal(small, a[:10])
+        stepped = ck["a"][::-3, 1:]
+        np.testing.assert_array_equal(stepped, a[::-3, 1:])
+        assert stepped.base is None  # a copy: the whole box is not kept alive
+        got = np.asarray(ck["a"])
+        got[0, 0] = -1  # its own memory
+        assert np.asarray(ck["a"])[0, 0] == a[0, 0]
