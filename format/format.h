@@ -434,7 +434,11 @@ int dvar_root_publish(const char *root, const char *name, int keep_last, int syn
  * combines chunk checksums without reading. */
 const dvar_var_entry *dvar_reader_entry(const dvar_reader *r, size_t i);
 int dvar_reader_is_tf(const dvar_reader *r);
-/* For tests: how readers use O_DIRECT (AUTO: large uncached aligned reads;
+/* *out = opts (NULL: the defaults) as this library's version of the struct,
+ * the fields its version lacks at their defaults; DVAR_EINVAL for a
+ * version this library does not know. */
+int dvar_read_options_take(dvar_read_options *out, const dvar_read_options *opts);
+/* For tests: how readers use O_DIRECT (AUTO: large uncached reads;
  * ALWAYS: cached or not; REFUSED: as if every file system refused it), and
  * how many of a reader's bytes it read with O_DIRECT, or through a bounce
  * buffer (a destination the kernel's copy is slow into: reader.c,

@@ -36,7 +36,7 @@
 /* A thread's buffers: page-aligned, so that a chunk read into one lies as
  * it does in the page cache (see read_buffered). */
 typedef struct {
-	unsigned char *packed, *raw, *bounce;
+	unsigned char *packed, *raw, *bounce, *direct;
 	size_t packed_cap, raw_cap;
 } scratch;
 
@@ -46,6 +46,7 @@ static void scratch_release(void *p)
 	free(s->packed);
 	free(s->raw);
 	free(s->bounce);
+	free(s->direct);
 	free(s);
 }
 
@@ -344,6 +345,19 @@ int dvar_read_options_init(dvar_read_options *opts, unsigned int version)
 	                         DVAR_READ_OPTIONS_VERSION);
 }
 
+int dvar_read_options_take(dvar_read_options *out, const dvar_read_options *opts)
+{
+	static const dvar_read_options init = DVAR_READ_OPTIONS_INIT;
+	*out = init;
+	if (!opts)
+		return DVAR_OK;
+	if (dvar_check_version("dvar_read_options", opts->version, DVAR_READ_OPTIONS_VERSION))
+		return DVAR_EINVAL;
+	/* A version 1 struct ends before flags. */
+	memcpy(out, opts, opts->version == 1 ? offsetof(dvar_read_options, flags) : sizeof(*out));
+	return DVAR_OK;
+}
+
 static int open_reader(dvar_reader **out, const char *path, const dvar_read_options *opts,
                        dvar_pool *pool, size_t depth);
 
@@ -409,24 +423,24 @@ int dvar_reader_open(dvar_reader **out, const char *path, const dvar_read_option
 	if (!out || !path)
 		return dvar_error_set(DVAR_EINVAL, "dvar_reader_open: NULL argument");
 	*out = NULL;
-	if (opts &&
-	    dvar_check_version("dvar_read_options", opts->version, DVAR_READ_OPTIONS_VERSION))
+	dvar_read_options o;
+	if (dvar_read_options_take(&o, opts))
 		return DVAR_EINVAL;
-	return open_reader(out, path, opts, NULL, 0);
+	return open_reader(out, path, &o, NULL, 0);
 }
 
-/* A reader of path; pool: the delta's whose link it is (depth below it), or NULL for its own. */
+/* A reader of path with opts (this library's version); pool: the delta's
+ * whose link it is (depth below it), or NULL for its own. */
 static int open_reader(dvar_reader **out, const char *path, const dvar_read_options *opts,
                        dvar_pool *pool, size_t depth)
 {
-	dvar_read_options def = DVAR_READ_OPTIONS_INIT;
 	dvar_reader *r = calloc(1, sizeof(*r));
 	scan_state st = { r, 0, NULL, 0, 0, NULL, 0, 0, 0 };
 	char *index = NULL;
 	int rc;
 	if (!r)
 		return dvar_error_set(DVAR_ENOMEM, "out of memory");
-	r->opts = opts ? *opts : def;
+	r->opts = *opts;
 	r->owner = pthread_self();
 	r->buffered_width = r->opts.threads > 0 ? 0 : dvar_cpus();
 	pthread_mutex_init(&r->runs_lock, NULL);
@@ -774,9 +788,13 @@ static int chunk_error(const dvar_reader *r, const dvar_var_entry *v, const dvar
  * A large read of data that is not in the page cache goes straight from the
  * disk into the destination with O_DIRECT: no copy out of the page cache
  * (half the CPU of a cold buffered read here), and no readahead racing the
- * reads in flight. Data already cached is read through the cache, as is
- * whatever O_DIRECT cannot take: unaligned heads and tails, destinations
- * not aligned like the file, file systems that refuse it (then quietly).
+ * reads in flight. A destination not aligned like the file (NumPy's arrays
+ * start 16 bytes into a page) takes it through a page-aligned buffer: a
+ * memcpy costs less than the cache's copy, and the reads stay 4 MiB long
+ * (1 GiB cold into such an array: 0.77-0.87 s against 1.12-1.36 through
+ * the cache, as fast as into an aligned one). Data already cached is read
+ * through the cache, as is whatever O_DIRECT cannot take: unaligned heads
+ * and tails, file systems that refuse it (then quietly).
  */
 #define DIRECT_ALIGN 4096u          /* offsets, lengths and addresses, for every device */
 #define DIRECT_MIN ((uint64_t)1 << 20) /* smaller reads gain nothing and lose readahead */
@@ -794,6 +812,12 @@ uint64_t dvar_reader__bytes_via(const dvar_reader *r, int way)
 	for (; r; r = r->base)
 		n += atomic_load(way == DVAR_VIA_DIRECT ? &r->bytes_direct : &r->bytes_bounced);
 	return n;
+}
+
+/* Whether r's reads may go around the page cache at all. */
+static int around_cache(const dvar_reader *r)
+{
+	return atomic_load(&direct_mode) != DVAR_DIRECT_OFF && !(r->opts.flags & DVAR_READ_CACHED);
 }
 
 /* Whether df can be read with O_DIRECT, setting it up on first use. */
@@ -871,6 +895,29 @@ static int read_direct(dvar_reader *r, data_file *df, unsigned char *dst, uint64
 	return DVAR_OK;
 }
 
+/* The pieces of an O_DIRECT read through a thread's buffer: as long as the
+ * requests the disk takes (the chunks' default size). */
+#define DIRECT_PIECE ((size_t)4 << 20)
+
+/* As read_direct, for a dst not aligned like the file: a piece at a time
+ * through sc's page-aligned buffer; 1 (read it buffered) also when that
+ * buffer cannot be had. */
+static int read_direct_via(dvar_reader *r, data_file *df, scratch *sc, unsigned char *dst,
+                           uint64_t len, uint64_t off)
+{
+	if (!sc->direct && !(sc->direct = dvar_page_alloc(DIRECT_PIECE, 0)))
+		return 1;
+	for (uint64_t done = 0; done < len;) {
+		size_t n = len - done < DIRECT_PIECE ? (size_t)(len - done) : DIRECT_PIECE;
+		int rc = read_direct(r, df, sc->direct, n, off + done);
+		if (rc)
+			return rc;
+		memcpy(dst + done, sc->direct, n);
+		done += n;
+	}
+	return DVAR_OK;
+}
+
 /*
  * The kernel copies from the page cache with rep movsb, which runs at a
  * third of its speed (1.7-2.1 GB/s against 6.7 here, AMD Zen 3) when the
@@ -919,11 +966,12 @@ static int read_at(dvar_reader *r, data_file *df, unsigned char *dst, uint64_t l
 	int mode = atomic_load(&direct_mode);
 	uint64_t head = (DIRECT_ALIGN - off % DIRECT_ALIGN) % DIRECT_ALIGN;
 	uint64_t mid = len > head ? (len - head) / DIRECT_ALIGN * DIRECT_ALIGN : 0;
-	int rc;
-	if (mode != DVAR_DIRECT_OFF && (deep || mode == DVAR_DIRECT_ALWAYS) && mid >= DIRECT_MIN &&
-	    ((uintptr_t)dst + head) % DIRECT_ALIGN == 0 && direct_ready(r, df) &&
+	int aligned = ((uintptr_t)dst + head) % DIRECT_ALIGN == 0, rc;
+	if (around_cache(r) && (deep || mode == DVAR_DIRECT_ALWAYS) && mid >= DIRECT_MIN &&
+	    (aligned || sc) && direct_ready(r, df) &&
 	    (mode != DVAR_DIRECT_AUTO || not_cached(df, off + head, mid))) {
-		rc = read_direct(r, df, dst + head, mid, off + head);
+		rc = aligned ? read_direct(r, df, dst + head, mid, off + head)
+		             : read_direct_via(r, df, sc, dst + head, mid, off + head);
 		if (rc == DVAR_OK && head)
 			rc = dvar_fs_pread_all(df->fd, dst, (size_t)head, off, df->path);
 		if (rc == DVAR_OK && head + mid < len)
@@ -1320,12 +1368,9 @@ static int plan(read_ctx *ctx)
 					t.hi = hi;
 				}
 			}
-			/* Where the chunk's byte 0 would land, for read_at's alignment test. */
-			const unsigned char *at = direct ? ctx->dst + ctx->direct_first[j] * ctx->esize + base
-			                          : t.into != UINT64_MAX ? ctx->dst + t.into - t.need_lo : NULL;
-			if (at && atomic_load(&direct_mode) != DVAR_DIRECT_OFF &&
-			    s->chunks[ci].codec != DVAR_CODEC_LZ4 && t.hi - t.lo >= DIRECT_MIN &&
-			    (uintptr_t)at % DIRECT_ALIGN == s->chunks[ci].offset % DIRECT_ALIGN)
+			/* Read in place, so read_at may take it around the page cache. */
+			if ((direct || t.into != UINT64_MAX) && around_cache(ctx->r) &&
+			    s->chunks[ci].codec != DVAR_CODEC_LZ4 && t.hi - t.lo >= DIRECT_MIN)
 				ctx->aligned++;
 			if ((rc = add_task(ctx, t)))
 				return rc;

@@ -120,7 +120,7 @@ static int prepare(dvar_manager *m, const char *root, dvar_variable *const *vars
 	m->sopts.write = &m->wopts;
 	m->ropts_restore = ro ? *ro : rdefaults;
 	if (ro && ro->read) {
-		m->ropts = *ro->read;
+		dvar_read_options_take(&m->ropts, ro->read); /* its version checked above */
 		m->ropts_restore.read = &m->ropts;
 	}
 	if (!(m->root = strdup(root)) || !(m->vars = malloc((n ? n : 1) * sizeof *m->vars)))

@@ -356,9 +356,21 @@ typedef struct {
 	                           that can go around the page cache (4 in flight) */
 	dvar_progress_fn progress;
 	void *progress_userdata;
+	unsigned int flags; /**< version 2: DVAR_READ_* */
 } dvar_read_options;
 
-#define DVAR_READ_OPTIONS_VERSION 1
+/**
+ * Read through the page cache even what is not in it yet. By default the
+ * middle of a chunk of 1 MiB or more that is not cached, read while other
+ * reads are in flight, goes from the disk straight to the destination
+ * (O_DIRECT): as fast as the disk, evicting nothing other programs keep
+ * cached, and leaving nothing cached either. With this flag it is cached,
+ * so that reading the same bytes again, in this process or another, is a
+ * copy from memory (a tensor read over and over, a server that restarts).
+ */
+#define DVAR_READ_CACHED (1u << 0)
+
+#define DVAR_READ_OPTIONS_VERSION 2
 #define DVAR_READ_OPTIONS_INIT { DVAR_READ_OPTIONS_VERSION }
 
 /**

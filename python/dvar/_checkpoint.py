@@ -15,7 +15,7 @@ import numpy as np
 from . import _dtypes
 from ._errors import ClosedError, EINVAL, Unsupported, ENOTSUPP
 from ._lib import (BAD_CHUNK_FN, Mapping as _CMapping, ReadOptions, ReadRequest, Slice, VarInfo,
-                   check, dec, fspath, lib, slice_struct, OPTIONS_VERSION)
+                   check, dec, fspath, lib, slice_struct, READ_CACHED, READ_OPTIONS_VERSION)
 
 PathLike = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
 
@@ -34,8 +34,9 @@ _ALIGN_MIN = 1 << 20
 def _empty(shape: Tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     """np.empty, starting on a page when large. Chunks start on pages in
     the data file, so the reader can then read a cold chunk's middle
-    straight from the disk into the array (O_DIRECT), without a copy out
-    of the page cache: NumPy's own large arrays start 16 bytes into one."""
+    straight from the disk into the array (O_DIRECT); NumPy's own large
+    arrays start 16 bytes into a page, which the reader fills through a
+    buffer of its own, a copy more."""
     dtype = np.dtype(dtype)
     nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     if nbytes < _ALIGN_MIN:
@@ -89,7 +90,8 @@ class BadChunk:
     message: str
 
 
-def open(path: PathLike, *, raw_bfloat16: bool = False, threads: int = 0) -> "Checkpoint":  # noqa: A001
+def open(path: PathLike, *, raw_bfloat16: bool = False, threads: int = 0,  # noqa: A001
+         cache: bool = False) -> "Checkpoint":
     """Open a checkpoint for reading.
 
     Args:
@@ -103,6 +105,11 @@ def open(path: PathLike, *, raw_bfloat16: bool = False, threads: int = 0) -> "Ch
             instead of widening them to ``float32`` (NumPy has no
             bfloat16).
         threads: read and decompress threads; 0 uses every CPU.
+        cache: keep what is read in the page cache, so that reading it again
+            (in this process or another) is a copy from memory. By default
+            large reads of data not cached yet go from the disk straight
+            into the arrays (O_DIRECT): faster the first time, evicting
+            nothing else, but leaving nothing cached for the next read.
 
     Returns:
         A :class:`Checkpoint`: a read-only mapping of names to lazy
@@ -112,7 +119,7 @@ def open(path: PathLike, *, raw_bfloat16: bool = False, threads: int = 0) -> "Ch
         NotFound: nothing is at path, or a root's latest is gone.
         CorruptError: the index fails its checks.
     """
-    return Checkpoint(path, raw_bfloat16=raw_bfloat16, threads=threads)
+    return Checkpoint(path, raw_bfloat16=raw_bfloat16, threads=threads, cache=cache)
 
 
 class Checkpoint(Mapping[str, "Tensor"]):
@@ -128,12 +135,14 @@ class Checkpoint(Mapping[str, "Tensor"]):
     serialised); each read is itself parallel.
     """
 
-    def __init__(self, path: PathLike, *, raw_bfloat16: bool = False, threads: int = 0) -> None:
+    def __init__(self, path: PathLike, *, raw_bfloat16: bool = False, threads: int = 0,
+                 cache: bool = False) -> None:
         self._reader: Optional[c_void_p] = None
         self._lock = threading.RLock()
         if not isinstance(threads, int) or isinstance(threads, bool) or threads < 0:
             raise TypeError("threads must be an int >= 0, not %r" % (threads,))
-        opts = ReadOptions(version=OPTIONS_VERSION, threads=threads)
+        opts = ReadOptions(version=READ_OPTIONS_VERSION, threads=threads,
+                           flags=READ_CACHED if cache else 0)
         r = c_void_p()
         check(lib.dvar_reader_open(byref(r), fspath(path), byref(opts)))
         self._reader = r

@@ -64,7 +64,7 @@ class WriteOptions(Structure):
 
 class ReadOptions(Structure):
     _fields_ = [("version", c_uint), ("threads", c_int), ("progress", PROGRESS_FN),
-                ("progress_userdata", c_void_p)]
+                ("progress_userdata", c_void_p), ("flags", c_uint)]
 
 
 class VarInfo(Structure):
@@ -150,6 +150,8 @@ MIRRORS = {
 
 # Options versions (DVAR_*_OPTIONS_VERSION) this package fills in.
 OPTIONS_VERSION = 1
+READ_OPTIONS_VERSION = 2
+READ_CACHED = 1  # DVAR_READ_CACHED
 
 # ------------------------------------------------------------ prototypes
 _vp = c_void_p

@@ -262,3 +262,7 @@ def test_large_reads_land_on_pages(tmp_path):
         got = np.asarray(ck["a"])
         got[0, 0] = -1  # its own memory
         assert np.asarray(ck["a"])[0, 0] == a[0, 0]
+    # Through the page cache (DVAR_READ_CACHED): the same values.
+    with dvar.open(path, cache=True) as ck:
+        np.testing.assert_array_equal(np.asarray(ck["a"]), a)
+        np.testing.assert_array_equal(ck["a"][7:900:2], a[7:900:2])

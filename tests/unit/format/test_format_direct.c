@@ -171,9 +171,12 @@ static uint64_t blocks_for(int64_t a, int64_t b)
 	return n;
 }
 
-/* Whole reads in every mode, into aligned and unaligned destinations: one
- * 16 or 48 bytes into a page (as NumPy's arrays are) reads through a bounce
- * buffer, one 64 bytes in straight into it. */
+/* Whole reads in every mode, into aligned and unaligned destinations: the
+ * middle of a long chunk goes around the page cache into any of them (into
+ * one not aligned like the file through a page-aligned buffer); the short
+ * last chunk, through the cache, goes through a bounce buffer when the
+ * destination is 16 or 48 bytes into a page (as NumPy's arrays are), not
+ * when it is 64 bytes in. */
 static void test_format_direct__whole(void **state)
 {
 	static const size_t skews[] = { 0, 16, 48, 64 };
@@ -188,16 +191,17 @@ static void test_format_direct__whole(void **state)
 			float *dst = buffer(n, skew, &base);
 			assert_int_equal(read_rows(r, "big", 0, ROWS, 0, COLS, dst), DVAR_OK);
 			assert_memory_equal(dst, f->want, n);
+			assert_int_equal(((unsigned char *)dst)[n], 0xa5);
 			assert_int_equal(dvar_reader_bytes_read(r), n);
 			uint64_t direct = dvar_reader__bytes_via(r, DVAR_VIA_DIRECT);
-			/* Forced, with the destination aligned like the file: every whole 4 KiB
-			 * of the chunks at least 1 MiB long (the short last one is not). */
-			if (modes[m] == DVAR_DIRECT_ALWAYS && !skew && f->direct_ok)
+			/* Forced: every whole 4 KiB of the chunks at least 1 MiB long
+			 * (the short last one is not). */
+			if (modes[m] == DVAR_DIRECT_ALWAYS && f->direct_ok)
 				assert_int_equal(direct, 3 * CHUNK);
 			else if (modes[m] != DVAR_DIRECT_AUTO)
 				assert_int_equal(direct, 0);
 			assert_int_equal(dvar_reader__bytes_via(r, DVAR_VIA_BOUNCE),
-			                 skew == 16 || skew == 48 ? n : 0);
+			                 skew == 16 || skew == 48 ? n - direct : 0);
 			print_message("whole, %s, skew %zu: %llu bytes direct\n", mode_names[m], skew,
 			              (unsigned long long)direct);
 			dvar_reader_free(r);
@@ -206,32 +210,54 @@ static void test_format_direct__whole(void **state)
 }
 
 /* Threads a default reader starts for a whole read of "big" (4 chunks, 3 of
- * them long enough for O_DIRECT): as many as CPUs when the destination is
- * not aligned like the file, the whole pool (at least 4) when it is. */
+ * them long enough for O_DIRECT): the whole pool (at least 4), whose reads
+ * keep the disk busy, wherever the destination lies; as many as CPUs when
+ * every read goes through the page cache, which reads ahead for them. */
 static void test_format_direct__width(void **state)
 {
+	static const struct {
+		int mode;
+		size_t skew;
+	} cases[] = { { DVAR_DIRECT_AUTO, 0 }, { DVAR_DIRECT_AUTO, 16 }, { DVAR_DIRECT_OFF, 0 } };
 	fixture *f = *state;
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 	int tasks = 4, pool = cpus > 4 ? (int)cpus : 4;
 	int narrow = (cpus < tasks ? (int)cpus : tasks) - 1, wide = (pool < tasks ? pool : tasks) - 1;
 	size_t n = (size_t)ROWS * ROW_BYTES;
 	void *base;
-	dvar_reader__direct(DVAR_DIRECT_AUTO);
-	for (size_t skew = 16;; skew = 0) {
-		int before = tu_threads_settled(), workers = skew ? narrow : wide;
+	for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+		dvar_reader__direct(cases[k].mode);
+		int before = tu_threads_settled();
+		int workers = cases[k].mode == DVAR_DIRECT_OFF ? narrow : wide;
 		dvar_reader *r = NULL;
 		assert_int_equal(dvar_reader_open(&r, f->ck, NULL), DVAR_OK);
 		assert_true(tu_threads_reach(before));
-		float *dst = buffer(n, skew, &base);
+		float *dst = buffer(n, cases[k].skew, &base);
 		assert_int_equal(read_rows(r, "big", 0, ROWS, 0, COLS, dst), DVAR_OK);
 		assert_memory_equal(dst, f->want, n);
-		print_message("width, skew %zu, %ld CPUs: %d workers expected\n", skew, cpus, workers);
+		print_message("width, %s, skew %zu, %ld CPUs: %d workers expected\n",
+		              cases[k].mode == DVAR_DIRECT_OFF ? "off" : "auto", cases[k].skew, cpus,
+		              workers);
 		assert_true(tu_threads_reach(before + workers));
 		dvar_reader_free(r);
 		free(base);
-		if (!skew)
-			break;
 	}
+	dvar_reader__direct(DVAR_DIRECT_AUTO);
+}
+
+/* Drops path's pages from the page cache: whether they went (tmpfs keeps them). */
+static int drop_pages(const char *path)
+{
+	int fd = open(path, O_RDONLY);
+	unsigned char in = 1;
+	assert_true(fd >= 0);
+	assert_int_equal(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+	void *m = mmap(NULL, 4096, PROT_READ, MAP_SHARED, fd, 0);
+	assert_true(m != MAP_FAILED);
+	assert_int_equal(mincore(m, 4096, &in), 0);
+	munmap(m, 4096);
+	close(fd);
+	return !(in & 1);
 }
 
 /* Cached pages are read through the cache: only the forced mode goes around it. */
@@ -255,19 +281,89 @@ static void test_format_direct__cached(void **state)
 	free(base);
 }
 
-/* Drops path's pages from the page cache: whether they went (tmpfs keeps them). */
-static int drop_pages(const char *path)
+/* A cold read into a destination 16 bytes into a page, by default: the
+ * long chunks' middles around the page cache through a page-aligned buffer
+ * (no thread reading ahead), the short last chunk through the cache. */
+static void test_format_direct__cold_unaligned(void **state)
+{
+	fixture *f = *state;
+	size_t n = (size_t)ROWS * ROW_BYTES;
+	char *data = tu_path(f->ck, "data-00000-of-00001");
+	void *base;
+	float *dst = buffer(n, 16, &base);
+	dvar_reader__direct(DVAR_DIRECT_AUTO);
+	int cold = drop_pages(data);
+	dvar_reader *r = open_ok(f->ck);
+	assert_int_equal(read_rows(r, "big", 0, ROWS, 0, COLS, dst), DVAR_OK);
+	assert_memory_equal(dst, f->want, n);
+	assert_int_equal(((unsigned char *)dst)[n], 0xa5);
+	uint64_t direct = dvar_reader__bytes_via(r, DVAR_VIA_DIRECT);
+	if (cold && f->direct_ok)
+		assert_int_equal(direct, 3 * CHUNK);
+	else
+		print_message("cold_unaligned: %s stayed cached or refuses O_DIRECT\n", data);
+	assert_int_equal(dvar_reader__bytes_via(r, DVAR_VIA_BOUNCE), n - direct);
+	dvar_reader_free(r);
+	free(data);
+	free(base);
+}
+
+/* Whether the page at off of path is in the page cache. */
+static int page_cached(const char *path, uint64_t off)
 {
 	int fd = open(path, O_RDONLY);
-	unsigned char in = 1;
+	unsigned char in = 0;
 	assert_true(fd >= 0);
-	assert_int_equal(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
-	void *m = mmap(NULL, 4096, PROT_READ, MAP_SHARED, fd, 0);
+	void *m = mmap(NULL, 4096, PROT_READ, MAP_SHARED, fd, (off_t)(off / 4096 * 4096));
 	assert_true(m != MAP_FAILED);
 	assert_int_equal(mincore(m, 4096, &in), 0);
 	munmap(m, 4096);
 	close(fd);
-	return !(in & 1);
+	return in & 1;
+}
+
+/* DVAR_READ_CACHED: a cold read goes through the page cache and stays
+ * there. A version 1 struct has no flags: whatever lies where they would
+ * be is not read, and the read goes around the cache as by default. */
+static void test_format_direct__cached_flag(void **state)
+{
+	fixture *f = *state;
+	size_t n = (size_t)ROWS * ROW_BYTES;
+	char *data = tu_path(f->ck, "data-00000-of-00001");
+	void *base;
+	float *dst = buffer(n, 16, &base);
+	dvar_reader__direct(DVAR_DIRECT_AUTO);
+	for (int v1 = 0; v1 < 2; v1++) {
+		dvar_read_options o = DVAR_READ_OPTIONS_INIT;
+		o.threads = 3;
+		o.flags = v1 ? ~0u : DVAR_READ_CACHED;
+		o.version = v1 ? 1 : DVAR_READ_OPTIONS_VERSION;
+		int cold = drop_pages(data);
+		dvar_reader *r = NULL;
+		assert_int_equal(dvar_reader_open(&r, f->ck, &o), DVAR_OK);
+		memset(dst, 0, n);
+		assert_int_equal(read_rows(r, "big", 0, ROWS, 0, COLS, dst), DVAR_OK);
+		assert_memory_equal(dst, f->want, n);
+		uint64_t direct = dvar_reader__bytes_via(r, DVAR_VIA_DIRECT);
+		uint64_t mid =
+		    dvar_reader_entry(r, find_ok(r, "big"))->slices[0].chunks[1].offset + CHUNK / 2;
+		if (!v1) {
+			assert_int_equal(direct, 0);
+			assert_true(page_cached(data, mid));
+		} else if (cold && f->direct_ok) {
+			assert_int_equal(direct, 3 * CHUNK);
+			assert_false(page_cached(data, mid));
+		}
+		dvar_reader_free(r);
+	}
+	dvar_read_options o = DVAR_READ_OPTIONS_INIT;
+	o.version = DVAR_READ_OPTIONS_VERSION + 1;
+	dvar_reader *r = NULL;
+	assert_int_equal(dvar_reader_open(&r, f->ck, &o), DVAR_EINVAL);
+	tu_assert_error_contains("dvar_read_options: version");
+	assert_null(r);
+	free(data);
+	free(base);
 }
 
 /* The reads ahead a reader started so far. */
@@ -278,8 +374,8 @@ static uint64_t leads(void)
 	return started;
 }
 
-/* A cold read into a destination not aligned like the file goes through
- * the page cache with a thread reading ahead of its tasks (here for any
+/* A cold read through the page cache (O_DIRECT off, as where the file
+ * system refuses it) has a thread reading ahead of its tasks (here for any
  * size, one chunk ahead): whole, in row ranges, and batched, the values are
  * the plain read's. A warm read starts none. (What the thread asks for is
  * test_format_ahead's.) */
@@ -292,7 +388,7 @@ static void test_format_direct__ahead(void **state)
 	char *data = tu_path(f->ck, "data-00000-of-00001");
 	void *base;
 	float *dst = buffer(n, 16, &base);
-	dvar_reader__direct(DVAR_DIRECT_AUTO);
+	dvar_reader__direct(DVAR_DIRECT_OFF);
 	dvar_ahead__tune(1, CHUNK);
 	for (size_t k = 0; k < sizeof(ranges) / sizeof(ranges[0]); k++) {
 		int64_t a = ranges[k][0], b = ranges[k][1];
@@ -329,6 +425,7 @@ static void test_format_direct__ahead(void **state)
 		dvar_reader_free(r);
 	}
 	dvar_ahead__tune(0, 0);
+	dvar_reader__direct(DVAR_DIRECT_AUTO);
 	free(data);
 	free(base);
 }
@@ -479,7 +576,7 @@ static void test_format_direct__damage(void **state)
 	char *data = tu_path(f->ck, "data-00000-of-00001");
 	tu_flip_byte(data, (off_t)(at + (uint64_t)(2 * B + 1) * ROW_BYTES + 8));
 	/* Read cold through the page cache, reading ahead. */
-	dvar_reader__direct(DVAR_DIRECT_AUTO);
+	dvar_reader__direct(DVAR_DIRECT_OFF);
 	dvar_ahead__tune(1, CHUNK);
 	drop_pages(data);
 	r = open_ok(f->ck);
@@ -529,6 +626,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_format_direct__whole),
 		cmocka_unit_test(test_format_direct__cached),
+		cmocka_unit_test(test_format_direct__cold_unaligned),
+		cmocka_unit_test(test_format_direct__cached_flag),
 		cmocka_unit_test(test_format_direct__width),
 		cmocka_unit_test(test_format_direct__edges),
 		cmocka_unit_test(test_format_direct__ahead),
