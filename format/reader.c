@@ -791,7 +791,7 @@ static int chunk_error(const dvar_reader *r, const dvar_var_entry *v, const dvar
  * reads in flight. A destination not aligned like the file (NumPy's arrays
  * start 16 bytes into a page) takes it through a page-aligned buffer: a
  * memcpy costs less than the cache's copy, and the reads stay 4 MiB long
- * (1 GiB cold into such an array: 0.77-0.87 s against 1.12-1.36 through
+ * (1 GiB cold into such an array: 0.72-0.87 s against 1.12-1.36 through
  * the cache, as fast as into an aligned one). Data already cached is read
  * through the cache, as is whatever O_DIRECT cannot take: unaligned heads
  * and tails, file systems that refuse it (then quietly).

@@ -245,19 +245,28 @@ static void test_format_direct__width(void **state)
 	dvar_reader__direct(DVAR_DIRECT_AUTO);
 }
 
-/* Drops path's pages from the page cache: whether they went (tmpfs keeps them). */
-static int drop_pages(const char *path)
+/* Whether the page at off of path is in the page cache. */
+static int page_cached(const char *path, uint64_t off)
 {
 	int fd = open(path, O_RDONLY);
-	unsigned char in = 1;
+	unsigned char in = 0;
 	assert_true(fd >= 0);
-	assert_int_equal(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
-	void *m = mmap(NULL, 4096, PROT_READ, MAP_SHARED, fd, 0);
+	void *m = mmap(NULL, 4096, PROT_READ, MAP_SHARED, fd, (off_t)(off / 4096 * 4096));
 	assert_true(m != MAP_FAILED);
 	assert_int_equal(mincore(m, 4096, &in), 0);
 	munmap(m, 4096);
 	close(fd);
-	return !(in & 1);
+	return in & 1;
+}
+
+/* Drops path's pages from the page cache: whether they went (tmpfs keeps them). */
+static int drop_pages(const char *path)
+{
+	int fd = open(path, O_RDONLY);
+	assert_true(fd >= 0);
+	assert_int_equal(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+	close(fd);
+	return !page_cached(path, 0);
 }
 
 /* Cached pages are read through the cache: only the forced mode goes around it. */
@@ -281,79 +290,50 @@ static void test_format_direct__cached(void **state)
 	free(base);
 }
 
-/* A cold read into a destination 16 bytes into a page, by default: the
- * long chunks' middles around the page cache through a page-aligned buffer
- * (no thread reading ahead), the short last chunk through the cache. */
+/* A cold read into a destination 16 bytes into a page. By default, and
+ * with a version 1 struct (which has no flags: whatever lies where they
+ * would be is not read), the long chunks' middles go around the page cache
+ * through a page-aligned buffer and stay out of it (no thread reading
+ * ahead), the short last chunk through the cache. With DVAR_READ_CACHED
+ * all of it goes through the cache and stays there. */
 static void test_format_direct__cold_unaligned(void **state)
 {
+	static const struct {
+		unsigned int version, flags;
+	} cases[] = { { DVAR_READ_OPTIONS_VERSION, 0 },
+		          { DVAR_READ_OPTIONS_VERSION, DVAR_READ_CACHED },
+		          { 1, ~0u } };
 	fixture *f = *state;
 	size_t n = (size_t)ROWS * ROW_BYTES;
 	char *data = tu_path(f->ck, "data-00000-of-00001");
 	void *base;
 	float *dst = buffer(n, 16, &base);
 	dvar_reader__direct(DVAR_DIRECT_AUTO);
-	int cold = drop_pages(data);
-	dvar_reader *r = open_ok(f->ck);
-	assert_int_equal(read_rows(r, "big", 0, ROWS, 0, COLS, dst), DVAR_OK);
-	assert_memory_equal(dst, f->want, n);
-	assert_int_equal(((unsigned char *)dst)[n], 0xa5);
-	uint64_t direct = dvar_reader__bytes_via(r, DVAR_VIA_DIRECT);
-	if (cold && f->direct_ok)
-		assert_int_equal(direct, 3 * CHUNK);
-	else
-		print_message("cold_unaligned: %s stayed cached or refuses O_DIRECT\n", data);
-	assert_int_equal(dvar_reader__bytes_via(r, DVAR_VIA_BOUNCE), n - direct);
-	dvar_reader_free(r);
-	free(data);
-	free(base);
-}
-
-/* Whether the page at off of path is in the page cache. */
-static int page_cached(const char *path, uint64_t off)
-{
-	int fd = open(path, O_RDONLY);
-	unsigned char in = 0;
-	assert_true(fd >= 0);
-	void *m = mmap(NULL, 4096, PROT_READ, MAP_SHARED, fd, (off_t)(off / 4096 * 4096));
-	assert_true(m != MAP_FAILED);
-	assert_int_equal(mincore(m, 4096, &in), 0);
-	munmap(m, 4096);
-	close(fd);
-	return in & 1;
-}
-
-/* DVAR_READ_CACHED: a cold read goes through the page cache and stays
- * there. A version 1 struct has no flags: whatever lies where they would
- * be is not read, and the read goes around the cache as by default. */
-static void test_format_direct__cached_flag(void **state)
-{
-	fixture *f = *state;
-	size_t n = (size_t)ROWS * ROW_BYTES;
-	char *data = tu_path(f->ck, "data-00000-of-00001");
-	void *base;
-	float *dst = buffer(n, 16, &base);
-	dvar_reader__direct(DVAR_DIRECT_AUTO);
-	for (int v1 = 0; v1 < 2; v1++) {
+	for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
 		dvar_read_options o = DVAR_READ_OPTIONS_INIT;
+		o.version = cases[k].version;
+		o.flags = cases[k].flags;
 		o.threads = 3;
-		o.flags = v1 ? ~0u : DVAR_READ_CACHED;
-		o.version = v1 ? 1 : DVAR_READ_OPTIONS_VERSION;
 		int cold = drop_pages(data);
 		dvar_reader *r = NULL;
 		assert_int_equal(dvar_reader_open(&r, f->ck, &o), DVAR_OK);
 		memset(dst, 0, n);
 		assert_int_equal(read_rows(r, "big", 0, ROWS, 0, COLS, dst), DVAR_OK);
 		assert_memory_equal(dst, f->want, n);
+		assert_int_equal(((unsigned char *)dst)[n], 0xa5);
 		uint64_t direct = dvar_reader__bytes_via(r, DVAR_VIA_DIRECT);
 		uint64_t mid =
 		    dvar_reader_entry(r, find_ok(r, "big"))->slices[0].chunks[1].offset + CHUNK / 2;
-		if (!v1) {
+		if (cases[k].flags == DVAR_READ_CACHED) {
 			assert_int_equal(direct, 0);
 			assert_true(page_cached(data, mid));
 		} else if (cold && f->direct_ok) {
 			assert_int_equal(direct, 3 * CHUNK);
 			assert_false(page_cached(data, mid));
+		} else {
+			print_message("cold_unaligned: %s stayed cached or refuses O_DIRECT\n", data);
 		}
+		assert_int_equal(dvar_reader__bytes_via(r, DVAR_VIA_BOUNCE), n - direct);
 		dvar_reader_free(r);
 	}
 	dvar_read_options o = DVAR_READ_OPTIONS_INIT;
@@ -627,7 +607,6 @@ int main(void)
 		cmocka_unit_test(test_format_direct__whole),
 		cmocka_unit_test(test_format_direct__cached),
 		cmocka_unit_test(test_format_direct__cold_unaligned),
-		cmocka_unit_test(test_format_direct__cached_flag),
 		cmocka_unit_test(test_format_direct__width),
 		cmocka_unit_test(test_format_direct__edges),
 		cmocka_unit_test(test_format_direct__ahead),
