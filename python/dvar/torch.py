@@ -28,7 +28,8 @@ __all__ = ["load", "save"]
 
 
 def load(path, names: Optional[Iterable[str]] = None,
-         device: Union[str, "_torch.device"] = "cpu") -> Dict[str, "_torch.Tensor"]:
+         device: Union[str, "_torch.device"] = "cpu", *,
+         cache: bool = False) -> Dict[str, "_torch.Tensor"]:
     """Read variables of a checkpoint as torch tensors.
 
     Args:
@@ -38,6 +39,9 @@ def load(path, names: Optional[Iterable[str]] = None,
             tensors, which torch cannot hold, are left out; naming one is
             a TypeError).
         device: where the tensors go (``"cpu"``, ``"cuda:0"``, ...).
+        cache: read through the page cache, as :func:`dvar.open` does with
+            it: a process that loads the same checkpoint again (a server
+            restarting) then reads it from memory.
 
     Returns:
         name -> tensor, in the checkpoint's name order (or ``names``' order).
@@ -46,7 +50,7 @@ def load(path, names: Optional[Iterable[str]] = None,
         (``torch.from_numpy``) before it moves to ``device``.
     """
     out: Dict[str, _torch.Tensor] = {}
-    with Checkpoint(path, raw_bfloat16=True) as ck:
+    with Checkpoint(path, raw_bfloat16=True, cache=cache) as ck:
         wanted = list(ck) if names is None else ([names] if isinstance(names, str)
                                                   else list(names))
         numeric = []

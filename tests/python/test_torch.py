@@ -18,6 +18,10 @@ from conftest import fixture_path  # noqa: E402
 def test_load_equals_numpy():
     for path in (fixture_path("v1"), fixture_path("tf", "optimizer_slots", "variables")):
         sd = dt.load(path)
+        cached = dt.load(path, cache=True)  # through the page cache: the same tensors
+        assert list(cached) == list(sd)
+        for name in sd:
+            torch.testing.assert_close(cached[name], sd[name], rtol=0, atol=0, equal_nan=True)
         with dvar.open(path) as ck:
             numeric = [n for n in ck if ck[n].dvar_dtype != "string"]
             assert list(sd) == numeric
