@@ -11,8 +11,8 @@
  * dvar_reader_open to the end of one dvar_reader_read_many of every tensor
  * (the goal), of one dvar_reader_read per tensor, and of the batch into
  * buffers 16 bytes past a page (where NumPy's large arrays start), the
- * three taking turns to go first. Reads are cold when the page cache can be dropped (root).
- * Buffers are allocated and pre-faulted once: first-touch
+ * three taking turns to go first. Reads are cold when the page cache can
+ * be dropped (root). Buffers are allocated and pre-faulted once: first-touch
  * page faults would otherwise cost as much as the disk. Row (f) saves 5,000
  * tiny tensors to show what small tensors cost on disk. See bench/README.md.
  */
