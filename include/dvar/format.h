@@ -453,6 +453,11 @@ DVAR_EXTERN(int) dvar_reader_var_slice(const dvar_reader *r, size_t i, size_t j,
  * cannot check them; a read covering the whole tensor (or saved slice)
  * checks it, as dvar_reader_verify does, and so does a run of reads that
  * covers it in order, part after part (a tensor walked in pieces).
+ * Large reads of data not in the page cache go around it (see
+ * DVAR_READ_CACHED): straight from the disk into a dst placed within its
+ * 4 KiB pages as the bytes are in the file's (for a whole dvar variable, a
+ * dst on a page), through a buffer of the reader's, a memcpy more, into
+ * any other.
  * @param slice      NULL for the whole variable
  * @param dst_bytes  the size of dst; must equal the slice's byte count
  * One read at a time per reader.
