@@ -436,7 +436,7 @@ const dvar_var_entry *dvar_reader_entry(const dvar_reader *r, size_t i);
 int dvar_reader_is_tf(const dvar_reader *r);
 /* *out = opts (NULL: the defaults) as this library's version of the struct,
  * the fields its version lacks at their defaults; DVAR_EINVAL for a
- * version this library does not know. */
+ * version this library does not know, or flags it does not. */
 int dvar_read_options_take(dvar_read_options *out, const dvar_read_options *opts);
 /* For tests: how readers use O_DIRECT (AUTO: large uncached reads;
  * ALWAYS: cached or not; REFUSED: as if every file system refused it), and

@@ -355,6 +355,9 @@ int dvar_read_options_take(dvar_read_options *out, const dvar_read_options *opts
 		return DVAR_EINVAL;
 	/* A version 1 struct ends before flags. */
 	memcpy(out, opts, opts->version == 1 ? offsetof(dvar_read_options, flags) : sizeof(*out));
+	if (out->flags & ~DVAR_READ_CACHED)
+		return dvar_error_set(DVAR_EINVAL, "dvar_read_options: unknown flags 0x%x",
+		                      out->flags & ~DVAR_READ_CACHED);
 	return DVAR_OK;
 }
 

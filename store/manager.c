@@ -75,14 +75,13 @@ static int prepare(dvar_manager *m, const char *root, dvar_variable *const *vars
 	if (opts && opts->keep_last < 0)
 		return dvar_error_set(DVAR_EINVAL, "keep_last is %d; it must be >= 0 (0 keeps all)",
 		                      opts->keep_last);
-	if ((so &&
-	     dvar_check_version("dvar_save_options", so->version, DVAR_SAVE_OPTIONS_VERSION)) ||
-	    (so && so->write && dvar_check_version("dvar_write_options", so->write->version,
-	                                           DVAR_WRITE_OPTIONS_VERSION)) ||
-	    (ro && dvar_check_version("dvar_restore_options", ro->version,
-	                              DVAR_RESTORE_OPTIONS_VERSION)) ||
-	    (ro && ro->read && dvar_check_version("dvar_read_options", ro->read->version,
-	                                          DVAR_READ_OPTIONS_VERSION)))
+	if ((so && dvar_check_version("dvar_save_options", so->version, DVAR_SAVE_OPTIONS_VERSION)) ||
+	    (so && so->write &&
+	     dvar_check_version("dvar_write_options", so->write->version,
+	                        DVAR_WRITE_OPTIONS_VERSION)) ||
+	    (ro &&
+	     dvar_check_version("dvar_restore_options", ro->version, DVAR_RESTORE_OPTIONS_VERSION)) ||
+	    (ro && ro->read && dvar_read_options_take(&m->ropts, ro->read)))
 		return DVAR_EINVAL;
 	if (n && !vars)
 		return dvar_error_set(DVAR_EINVAL, "%zu variables but vars is NULL", n);
@@ -119,10 +118,8 @@ static int prepare(dvar_manager *m, const char *root, dvar_variable *const *vars
 	m->wopts.keep_last = opts ? opts->keep_last : 0;
 	m->sopts.write = &m->wopts;
 	m->ropts_restore = ro ? *ro : rdefaults;
-	if (ro && ro->read) {
-		dvar_read_options_take(&m->ropts, ro->read); /* its version checked above */
-		m->ropts_restore.read = &m->ropts;
-	}
+	if (ro && ro->read)
+		m->ropts_restore.read = &m->ropts; /* taken above */
 	if (!(m->root = strdup(root)) || !(m->vars = malloc((n ? n : 1) * sizeof *m->vars)))
 		return dvar_error_set(DVAR_ENOMEM, "out of memory");
 	if (n)

@@ -342,6 +342,11 @@ static void test_format_direct__cold_unaligned(void **state)
 	assert_int_equal(dvar_reader_open(&r, f->ck, &o), DVAR_EINVAL);
 	tu_assert_error_contains("dvar_read_options: version");
 	assert_null(r);
+	o.version = DVAR_READ_OPTIONS_VERSION;
+	o.flags = DVAR_READ_CACHED | 4u;
+	assert_int_equal(dvar_reader_open(&r, f->ck, &o), DVAR_EINVAL);
+	tu_assert_error_contains("dvar_read_options: unknown flags 0x4");
+	assert_null(r);
 	free(data);
 	free(base);
 }

@@ -916,6 +916,16 @@ static void test_store_manager__bad_options(void **state)
 	assert_int_equal(dvar_manager_open(&mgr, t.s, root, vars, 3, &mo), DVAR_EINVAL);
 	tu_assert_error_contains("dvar_restore_options: version 0 is not one");
 	ro.version = DVAR_RESTORE_OPTIONS_VERSION;
+	dvar_read_options rd = DVAR_READ_OPTIONS_INIT;
+	ro.read = &rd;
+	rd.version = 3;
+	assert_int_equal(dvar_manager_open(&mgr, t.s, root, vars, 3, &mo), DVAR_EINVAL);
+	tu_assert_error_contains("dvar_read_options: version 3 is not one");
+	rd.version = DVAR_READ_OPTIONS_VERSION;
+	rd.flags = 8;
+	assert_int_equal(dvar_manager_open(&mgr, t.s, root, vars, 3, &mo), DVAR_EINVAL);
+	tu_assert_error_contains("dvar_read_options: unknown flags 0x8");
+	rd.flags = DVAR_READ_CACHED;
 	assert_int_equal(dvar_manager_open(&mgr, t.s, NULL, vars, 3, &mo), DVAR_EINVAL);
 	tu_assert_error_contains("no checkpoint root given");
 	assert_int_equal(dvar_manager_open(&mgr, t.s, root, NULL, 3, &mo), DVAR_EINVAL);
