@@ -71,8 +71,9 @@ static char unreadable_why[512];
 /*
  * Why a bad chunk's data file cannot be read (missing, no permission, a
  * directory, an I/O error), or NULL when it holds bad bytes. The library
- * reports an unopenable data file like a corrupt chunk, so the file is
- * tried here.
+ * reports a missing data file as damage (DVAR_ECORRUPT), which this command
+ * counts as unreadable, as it does any data file it cannot read: so the
+ * file is tried here.
  */
 static const char *unreadable(const dvar_bad_chunk *bad)
 {

@@ -10,9 +10,6 @@
 
 #include "format/format.h"
 
-/* An index larger than this is not one dvar wrote. */
-#define INDEX_MAX ((size_t)1 << 31)
-
 /* Stops the scan at the header: the rest of the index is not needed. */
 #define STOP 1
 
@@ -34,9 +31,10 @@ int dvar_link_peek(const char *dir, dvar_header *out, uint32_t *index_crc)
 	memset(out, 0, sizeof(*out));
 	if (!index)
 		return dvar_error_set(DVAR_ENOMEM, "out of memory");
-	if ((rc = dvar_fs_read_file(index, &bytes, &len, INDEX_MAX)) == DVAR_OK) {
+	if ((rc = dvar_fs_read_file(index, &bytes, &len, DVAR_INDEX_MAX)) == DVAR_OK) {
+		/* The checksum and the header of the same bytes. */
 		*index_crc = dvar_crc32c(bytes, len);
-		rc = dvar_index_scan(index, take_header, out);
+		rc = dvar_index_scan_bytes(index, bytes, len, take_header, out);
 		if (rc == STOP)
 			rc = DVAR_OK;
 		else if (rc == DVAR_OK)

@@ -282,8 +282,14 @@ void dvar_index_builder_free(dvar_index_builder *b);
 typedef int (*dvar_index_visit_fn)(void *ud, const void *key, size_t klen,
                                    const void *val, size_t vlen);
 
-/* Open the table at path read-only, verify block checksums and visit every entry in order. */
+/* An index (dvar's or TensorFlow's) larger than this is not one a writer made. */
+#define DVAR_INDEX_MAX ((size_t)1 << 31)
+
+/* Read the table at path whole, verify block checksums and visit every entry in order. */
 int dvar_index_scan(const char *path, dvar_index_visit_fn fn, void *ud);
+/* The same over the len bytes of a table read from path (named in messages). */
+int dvar_index_scan_bytes(const char *path, const void *bytes, size_t len, dvar_index_visit_fn fn,
+                          void *ud);
 
 /* The bytes a writer has written into its data file so far. */
 uint64_t dvar_writer_data_bytes(const dvar_writer *w);

@@ -10,6 +10,7 @@
 #include <leveldb/table.h>
 #include <leveldb/table_builder.h>
 
+#include <cstdlib>
 #include <memory>
 #include <new>
 #include <string>
@@ -92,26 +93,44 @@ extern "C" void dvar_index_builder_free(dvar_index_builder *b)
 	delete b;
 }
 
-extern "C" int dvar_index_scan(const char *path, dvar_index_visit_fn fn, void *ud)
+/*
+ * A table read whole into memory, for LevelDB's Table: blocks are served in
+ * place. The file is read with the library's own reads rather than mapped,
+ * so an I/O error, or a file cut short while it is read, is an error naming
+ * it (never a SIGBUS), and an interrupted or short read is taken up again.
+ */
+class BytesFile : public leveldb::RandomAccessFile
 {
-	leveldb::Env *env = leveldb::Env::Default();
-	uint64_t size = 0;
-	leveldb::Status s = env->GetFileSize(path, &size);
-	if (!s.ok())
-		return index_error(s.IsNotFound() ? DVAR_ENOTFOUND : DVAR_EIO, "open", path, s);
-	/* A table ends in a 48-byte footer; anything shorter is damage, not an I/O problem. */
-	if (size < 48)
-		return dvar_error_set(DVAR_ECORRUPT, "index '%s' is %llu bytes, too short to be a table",
-		                      path, (unsigned long long)size);
-	leveldb::RandomAccessFile *raw = nullptr;
-	if (!(s = env->NewRandomAccessFile(path, &raw)).ok())
-		return index_error(s.IsNotFound() ? DVAR_ENOTFOUND : DVAR_EIO, "open", path, s);
-	std::unique_ptr<leveldb::RandomAccessFile> file(raw);
+  public:
+	BytesFile(const char *bytes, size_t len) : bytes_(bytes), len_(len)
+	{
+	}
+	leveldb::Status Read(uint64_t off, size_t n, leveldb::Slice *result, char *) const override
+	{
+		if (off > len_)
+			return leveldb::Status::Corruption("read past the end of the table");
+		*result = leveldb::Slice(bytes_ + off, n < len_ - off ? n : len_ - off);
+		return leveldb::Status::OK();
+	}
 
+  private:
+	const char *bytes_;
+	size_t len_;
+};
+
+extern "C" int dvar_index_scan_bytes(const char *path, const void *bytes, size_t len,
+                                     dvar_index_visit_fn fn, void *ud)
+{
+	/* A table ends in a 48-byte footer; anything shorter is damage, not an I/O problem. */
+	if (len < 48)
+		return dvar_error_set(DVAR_ECORRUPT, "index '%s' is %zu bytes, too short to be a table",
+		                      path, len);
+	BytesFile file((const char *)bytes, len);
 	leveldb::Options options;
 	options.paranoid_checks = true;
 	leveldb::Table *table = nullptr;
-	if (!(s = leveldb::Table::Open(options, file.get(), size, &table)).ok())
+	leveldb::Status s = leveldb::Table::Open(options, &file, len, &table);
+	if (!s.ok())
 		return index_error(DVAR_ECORRUPT, "not a readable table", path, s);
 	std::unique_ptr<leveldb::Table> owner(table);
 
@@ -126,5 +145,16 @@ extern "C" int dvar_index_scan(const char *path, dvar_index_visit_fn fn, void *u
 	}
 	if (rc == DVAR_OK && !it->status().ok())
 		rc = index_error(DVAR_ECORRUPT, "read", path, it->status());
+	return rc;
+}
+
+extern "C" int dvar_index_scan(const char *path, dvar_index_visit_fn fn, void *ud)
+{
+	char *bytes = nullptr;
+	size_t len = 0;
+	int rc = dvar_fs_read_file(path, &bytes, &len, DVAR_INDEX_MAX);
+	if (rc == DVAR_OK)
+		rc = dvar_index_scan_bytes(path, bytes, len, fn, ud);
+	free(bytes);
 	return rc;
 }

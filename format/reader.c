@@ -330,12 +330,29 @@ static int open_files(dvar_reader *r)
 		/* A missing or short file fails the reads that need it, naming it,
 		 * and leaves the index readable for inspect and verify. */
 		struct stat st;
-		if ((df->fd = open(df->path, O_RDONLY | O_CLOEXEC)) < 0)
+		if ((df->fd = open(df->path, O_RDONLY | O_CLOEXEC)) < 0) {
 			df->err = errno;
-		else if (fstat(df->fd, &st) == 0)
+		} else if (fstat(df->fd, &st) != 0) {
+			df->err = errno;
+			close(df->fd);
+			df->fd = -1;
+		} else {
 			df->size = (uint64_t)st.st_size;
+		}
 	}
 	return DVAR_OK;
+}
+
+/* Why df, which did not open, cannot be read, into why; the code: a
+ * missing file is damage to the checkpoint, any other failure an I/O one. */
+static int file_unusable(const data_file *df, char *why, size_t cap)
+{
+	if (df->err == ENOENT) {
+		snprintf(why, cap, "data file is missing: %s", strerror(df->err));
+		return DVAR_ECORRUPT;
+	}
+	snprintf(why, cap, "data file cannot be opened: %s", strerror(df->err));
+	return DVAR_EIO;
 }
 
 int dvar_read_options_init(dvar_read_options *opts, unsigned int version)
@@ -1095,10 +1112,8 @@ static int load_chunk(dvar_reader *r, const dvar_var_entry *v, const dvar_slice_
 	data_file *df = &r->files[s->file];
 	uint64_t raw_len = dvar_chunk_raw_len(s, ci);
 	int rc;
-	if (df->fd < 0) {
-		snprintf(why, WHY_MAX, "data file is missing or unreadable: %s", strerror(df->err));
-		return DVAR_ECORRUPT;
-	}
+	if (df->fd < 0)
+		return file_unusable(df, why, WHY_MAX);
 	int ranged = c->codec != DVAR_CODEC_LZ4;
 	uint64_t off = ranged ? c->offset + lo : c->offset;
 	uint64_t len = ranged ? hi - lo : c->stored;
@@ -2179,10 +2194,8 @@ int dvar_reader_map(dvar_reader *r, size_t i, size_t j, uint32_t flags, dvar_map
 	char why[WHY_MAX];
 	struct stat st;
 	uint64_t off = s->chunks[0].offset;
-	if (df->fd < 0) {
-		snprintf(why, sizeof(why), "data file is missing or unreadable: %s", strerror(df->err));
-		return chunk_error(r, v, s, 0, DVAR_ECORRUPT, why);
-	}
+	if (df->fd < 0)
+		return chunk_error(r, v, s, 0, file_unusable(df, why, sizeof(why)), why);
 	/* Mapping past the end of a file faults on touch: check its size now. */
 	if (fstat(df->fd, &st) != 0)
 		return dvar_error_set_errno(DVAR_EIO, errno, "stat '%s'", df->path);

@@ -569,7 +569,9 @@ static int write_padded(dvar_writer *w, const unsigned char *buf, size_t padded,
 	if (dvar_writer_cancelled(w))
 		return dvar_error_set(DVAR_ECANCELED, "writing '%s': cancelled", w->final_dir);
 	if (padded >= DIRECT_MIN && atomic_load(&w->direct_ok)) {
-		ssize_t n = pwrite(w->fd_direct, buf, padded, (off_t)off);
+		ssize_t n;
+		while ((n = pwrite(w->fd_direct, buf, padded, (off_t)off)) < 0 && errno == EINTR)
+			;
 		if (n == (ssize_t)padded)
 			return DVAR_OK;
 		/* Some file systems refuse O_DIRECT at write time: go buffered from now on. */

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # faults.sh - the full fault-injection sweep: every file-system call of each
 # writing operation (a save with retention, a delta save, an asynchronous
-# save, import, reshard, export in every format, and a save of two workers
+# save, import, reshard, export in every format, a write of chunks large
+# enough for O_DIRECT, and a save of two workers
 # under mpirun -np 2 with the fault in worker 1, in the chief writing its
 # part or committing, synchronous and asynchronous) failed in turn with
-# every fault kind (EIO, ENOSPC, EDQUOT, a short write, a crash), each
-# followed by the checks of tests/fault/fault_driver.c. The test command
+# every fault kind (EIO, ENOSPC, EDQUOT, a short write or read, a crash,
+# EINTR), and of each reading one (every way of reading a checkpoint, and a
+# restore) with EIO, a short read and EINTR, each followed by the checks of
+# tests/fault/fault_driver.c. The test command
 # runs a sample of each (ctest -L fault); this runs them all. Builds in
 # build-faults/; MPIEXEC (default mpirun) runs the two-worker jobs.
 #
@@ -15,7 +18,7 @@ cd "$(dirname "$0")/.."
 ops=("$@")
 if [ ${#ops[@]} -eq 0 ]; then
 	ops=(save delta async import reshard export-dvar export-safetensors export-tf export-npy
-		w2-rank1 w2-rank0 w2-commit w2-async-rank1 w2-async-rank0)
+		write read restore w2-rank1 w2-rank0 w2-commit w2-async-rank1 w2-async-rank0)
 fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 cmake -S . -B build-faults -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDVAR_WITH_CUDA=OFF \

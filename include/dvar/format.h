@@ -460,6 +460,10 @@ DVAR_EXTERN(int) dvar_reader_var_slice(const dvar_reader *r, size_t i, size_t j,
  * any other.
  * @param slice      NULL for the whole variable
  * @param dst_bytes  the size of dst; must equal the slice's byte count
+ * @return DVAR_ECORRUPT naming the chunk and its file when a checksum
+ *         fails, the data file is missing or is shorter than the index
+ *         says; DVAR_EIO naming the file when it cannot be opened or read
+ *         (a read cut short or interrupted by a signal is made again).
  * One read at a time per reader.
  */
 DVAR_EXTERN(int) dvar_reader_read(dvar_reader *r, size_t i, const dvar_slice *slice,
@@ -549,7 +553,8 @@ typedef struct {
  *         compressed chunk, chunks out of order, several slices for
  *         DVAR_MAP_WHOLE, any tensor of a TensorFlow checkpoint: not
  *         page-aligned); DVAR_ECORRUPT when the data file is missing or
- *         shorter than the index says; DVAR_EINVAL for i or j out of range.
+ *         shorter than the index says, DVAR_EIO when it cannot be opened;
+ *         DVAR_EINVAL for i or j out of range.
  * The mapping stays valid after dvar_reader_free until dvar_reader_unmap.
  * As with any mapping, a data file truncated by someone else meanwhile makes
  * touching the lost pages fault (SIGBUS).

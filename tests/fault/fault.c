@@ -1,12 +1,16 @@
 /*
  * tests/fault/fault.c - a fault-injection shim, loaded with LD_PRELOAD by
  * the fault driver (fault_driver.c). Once armed (dvar_fault_arm), it counts
- * the calls a program makes to open, openat, write, pwrite, pwritev, fsync,
- * fdatasync, rename, renameat, renameat2, mkdir, unlink, unlinkat, rmdir,
- * ftruncate and close, and makes call number `at` fail: with EIO, ENOSPC or
- * EDQUOT, as a short write (the write family: half the bytes, then the
- * next call fails with ENOSPC, as a full disk does), or by ending the
- * process right there (_exit, as a crash). With a scope
+ * the calls a program makes to open, openat, read, pread, write, pwrite,
+ * pwritev, fsync, fdatasync, rename, renameat, renameat2, mkdir, unlink,
+ * unlinkat, rmdir, ftruncate and close, and makes call number `at` fail:
+ * with EIO, ENOSPC or EDQUOT (reads: EIO only), short (a write: half the
+ * bytes, then the next write fails with ENOSPC, as a full disk does; a
+ * read: half the bytes, as a network file system may give), interrupted
+ * (EINTR before any byte moved, as a signal does), or by ending the
+ * process right there (_exit, as a crash). Short and interrupted apply to
+ * reads and writes only; a kind that does not apply to the call leaves it
+ * alone (no fault). With a scope
  * (dvar_fault_scope), only calls on paths under it, and on descriptors
  * opened there, are counted and failed: a program's other files (OpenMPI's
  * shared memory, its pipes) are never touched, and the count does not
@@ -21,12 +25,13 @@
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
-enum { FAULT_EIO, FAULT_ENOSPC, FAULT_EDQUOT, FAULT_SHORT, FAULT_CRASH };
+enum { FAULT_EIO, FAULT_ENOSPC, FAULT_EDQUOT, FAULT_SHORT, FAULT_CRASH, FAULT_EINTR };
 
 static atomic_int armed;
 static atomic_long calls;
@@ -120,12 +125,22 @@ static int under_scope(const char *abs)
 	       (strncmp(abs, scope, scope_len) == 0 && (abs[scope_len] == '/' || abs[scope_len] == '\0'));
 }
 
-/* A call on a path: counted (1) when armed and in scope; *abs gets the path. */
+/* A call on a path: counted (1) when armed and in scope; *abs gets the path.
+ * /proc/self/fd/N (a file reopened, as for O_DIRECT) is N's file. */
 static int path_counts(int dirfd, const char *path, char *buf, size_t cap, const char **abs)
 {
+	static const char self[] = "/proc/self/fd/";
+	char *end;
 	*abs = "";
 	if (!atomic_load(&armed))
 		return 0;
+	if (path && strncmp(path, self, sizeof self - 1) == 0) {
+		long fd = strtol(path + sizeof self - 1, &end, 10);
+		if (*end == '\0' && fd >= 0 && fd < MAX_FDS && atomic_load(&fd_in[fd])) {
+			*abs = fd_path[fd];
+			return 1;
+		}
+	}
 	*abs = absolute(dirfd, path, buf, cap);
 	return under_scope(*abs);
 }
@@ -148,13 +163,17 @@ static void opened(int fd, const char *abs)
 	atomic_store(&fd_in[fd], 1);
 }
 
-/* What this call should do: 0 go on; -1 fail with errno set; 1 a short write. */
-static int decide(const char *what, const char *path, int writes)
+/* The calls decide() tells apart. */
+enum { OTHER, WRITES, READS };
+
+/* What this call should do: 0 go on; -1 fail with errno set; 1 move half
+ * the bytes. */
+static int decide(const char *what, const char *path, int family)
 {
 	long n;
 	if (!atomic_load(&armed))
 		return 0;
-	if (writes && atomic_load(&disk_full)) {
+	if (family == WRITES && atomic_load(&disk_full)) {
 		errno = ENOSPC;
 		return -1;
 	}
@@ -163,18 +182,19 @@ static int decide(const char *what, const char *path, int writes)
 		snprintf(call_log[n - 1], LOG_BYTES, "%s %.*s", what, LOG_BYTES - 16, path);
 	if (fail_at == 0 || n != fail_at)
 		return 0;
+	if (((kind == FAULT_EINTR || kind == FAULT_SHORT) && family == OTHER) ||
+	    ((kind == FAULT_ENOSPC || kind == FAULT_EDQUOT) && family == READS))
+		return 0;
 	atomic_store(&hit, 1);
 	snprintf(hit_what, sizeof hit_what, "%s", what);
 	switch (kind) {
 	case FAULT_CRASH:
 		_exit(77);
 	case FAULT_SHORT:
-		if (writes) {
+		if (family == WRITES)
 			atomic_store(&disk_full, 1);
-			return 1;
-		}
-		errno = ENOSPC;
-		return -1;
+		return 1;
+	case FAULT_EINTR: errno = EINTR; return -1;
 	case FAULT_ENOSPC: errno = ENOSPC; return -1;
 	case FAULT_EDQUOT: errno = EDQUOT; return -1;
 	default: errno = EIO; return -1;
@@ -200,7 +220,7 @@ static int decide(const char *what, const char *path, int writes)
 	} \
 	if (!path_counts(dirfd, path, buf, sizeof buf, &abs)) \
 		return real(__VA_ARGS__, mode); \
-	if (decide(name, abs, 0)) \
+	if (decide(name, abs, OTHER)) \
 		return -1; \
 	fd = real(__VA_ARGS__, mode); \
 	opened(fd, abs); \
@@ -225,37 +245,77 @@ int openat(int dirfd, const char *path, int flags, ...)
 }
 
 /* A call on a descriptor: fails when counted and chosen. */
-#define FD_CALL(name, writes) \
+#define FD_CALL(name, family) \
 	const char *where; \
-	int d = fd_counts(fd, &where) ? decide(name, where, writes) : 0; \
+	int d = fd_counts(fd, &where) ? decide(name, where, family) : 0; \
 	if (d < 0) \
 		return -1
+
+/* A short read of got bytes of n: the whole read is made (O_DIRECT takes
+ * only aligned lengths) and half of it returned, in whole pages when there
+ * are two or more, as a device gives them; never 0, which means the end. */
+static ssize_t short_read(ssize_t got, size_t n)
+{
+	size_t half = n >= 8192 ? n / 2 / 4096 * 4096 : (n + 1) / 2;
+	return got > (ssize_t)half ? (ssize_t)half : got;
+}
+
+ssize_t read(int fd, void *buf, size_t n)
+{
+	REAL("read", ssize_t, int, void *, size_t);
+	FD_CALL("read", READS);
+	ssize_t got = real(fd, buf, n);
+	if (d && got > 0) {
+		/* What read() did not return, it must not have consumed. */
+		ssize_t keep = short_read(got, n);
+		if (lseek(fd, keep - got, SEEK_CUR) < 0)
+			return got;
+		return keep;
+	}
+	return got;
+}
+
+ssize_t pread(int fd, void *buf, size_t n, off_t off)
+{
+	REAL("pread", ssize_t, int, void *, size_t, off_t);
+	FD_CALL("pread", READS);
+	ssize_t got = real(fd, buf, n, off);
+	return d && got > 0 ? short_read(got, n) : got;
+}
+
+ssize_t pread64(int fd, void *buf, size_t n, off_t off)
+{
+	REAL("pread64", ssize_t, int, void *, size_t, off_t);
+	FD_CALL("pread", READS);
+	ssize_t got = real(fd, buf, n, off);
+	return d && got > 0 ? short_read(got, n) : got;
+}
 
 ssize_t write(int fd, const void *buf, size_t n)
 {
 	REAL("write", ssize_t, int, const void *, size_t);
-	FD_CALL("write", 1);
+	FD_CALL("write", WRITES);
 	return real(fd, buf, d ? n / 2 : n);
 }
 
 ssize_t pwrite(int fd, const void *buf, size_t n, off_t off)
 {
 	REAL("pwrite", ssize_t, int, const void *, size_t, off_t);
-	FD_CALL("pwrite", 1);
+	FD_CALL("pwrite", WRITES);
 	return real(fd, buf, d ? n / 2 : n, off);
 }
 
 ssize_t pwrite64(int fd, const void *buf, size_t n, off_t off)
 {
 	REAL("pwrite64", ssize_t, int, const void *, size_t, off_t);
-	FD_CALL("pwrite", 1);
+	FD_CALL("pwrite", WRITES);
 	return real(fd, buf, d ? n / 2 : n, off);
 }
 
 ssize_t pwritev(int fd, const struct iovec *iov, int cnt, off_t off)
 {
 	REAL("pwritev", ssize_t, int, const struct iovec *, int, off_t);
-	FD_CALL("pwritev", 1);
+	FD_CALL("pwritev", WRITES);
 	if (d && cnt > 0) {
 		struct iovec half = { iov[0].iov_base, iov[0].iov_len / 2 };
 		return real(fd, &half, 1, off);
@@ -266,21 +326,21 @@ ssize_t pwritev(int fd, const struct iovec *iov, int cnt, off_t off)
 int fsync(int fd)
 {
 	REAL("fsync", int, int);
-	FD_CALL("fsync", 0);
+	FD_CALL("fsync", OTHER);
 	return real(fd);
 }
 
 int fdatasync(int fd)
 {
 	REAL("fdatasync", int, int);
-	FD_CALL("fdatasync", 0);
+	FD_CALL("fdatasync", OTHER);
 	return real(fd);
 }
 
 int ftruncate(int fd, off_t len)
 {
 	REAL("ftruncate", int, int, off_t);
-	FD_CALL("ftruncate", 0);
+	FD_CALL("ftruncate", OTHER);
 	return real(fd, len);
 }
 
@@ -291,7 +351,7 @@ int ftruncate(int fd, off_t len)
 	int counts = path_counts(da, a, buf_a, sizeof buf_a, &abs_a); \
 	if (b) \
 		counts |= path_counts(db, b, buf_b, sizeof buf_b, &abs_b); \
-	if (counts && decide(name, abs_a[0] ? abs_a : abs_b, 0)) \
+	if (counts && decide(name, abs_a[0] ? abs_a : abs_b, OTHER)) \
 		return -1
 
 int rename(const char *a, const char *b)
@@ -349,7 +409,7 @@ int close(int fd)
 	const char *where;
 	int counts = fd_counts(fd, &where);
 	/* Out of scope before the number can be reused. */
-	int d = counts ? decide("close", where, 0) : 0, e = errno;
+	int d = counts ? decide("close", where, OTHER) : 0, e = errno;
 	if (fd >= 0 && fd < MAX_FDS)
 		atomic_store(&fd_in[fd], 0);
 	/* A failed close still closes the descriptor, as Linux's does. */

@@ -7,7 +7,11 @@
  *
  * OP is save (a save with retention), delta (a delta save over the root's
  * latest), async (dvar_save_async, then dvar_save_wait), import, reshard,
- * export-dvar, export-safetensors, export-tf or export-npy; or a save of
+ * export-dvar, export-safetensors, export-tf or export-npy; write (8 MiB
+ * in 1 MiB chunks, which go to the disk with O_DIRECT); read (every
+ * checkpoint of the work folder read every way: cold into aligned and
+ * unaligned buffers, a range of rows, read_many, verify, digests) or
+ * restore (the root's latest, a delta, onto two replicas); or a save of
  * two workers (W = 2, under MPIRUN -np 2) with the fault in one of them:
  * w2-rank1 (worker 1, every call), w2-rank0 (the chief, its calls before
  * the commit: writing its part), w2-commit (the chief's commit: index,
@@ -15,10 +19,13 @@
  * asynchronous save, the fault in worker 1, or in any call of the chief).
  * The driver counts the file-system calls the operation makes (in a child
  * process, the shim counting), then repeats it in a child for every call k
- * and every fault kind (EIO, ENOSPC, EDQUOT, a short write, a crash), or for
- * N of those pairs drawn at random with --sample. After each it checks, in
- * the parent: the operation failed (or, when the fault came after its
- * commit point, succeeded) and its message names the output; what it wrote
+ * and every fault kind (EIO, ENOSPC, EDQUOT, short, a crash, EINTR; a read
+ * operation: EIO, short, EINTR), or for N of those pairs drawn at random
+ * with --sample. After each it checks, in the parent: an interrupted read
+ * or write, or a short read, was made again and the operation succeeded;
+ * otherwise it failed (or, when the fault came after its commit point,
+ * succeeded) and its message names the output or the file; a read
+ * operation returned what it returns unarmed, to the byte; what it wrote
  * is absent or whole (a root's latest checkpoint is the one before or, past
  * the commit point, the new one, holding its values; every one the root
  * lists opens and the latest verifies; an offline output reads back the
@@ -40,6 +47,7 @@
  */
 #include <dirent.h>
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <signal.h>
@@ -59,8 +67,16 @@ static int (*dvar_fault_hit)(const char **what);
 static void (*dvar_fault_scope)(const char *prefix);
 static const char *(*dvar_fault_log)(long n);
 
-enum { FAULT_EIO, FAULT_ENOSPC, FAULT_EDQUOT, FAULT_SHORT, FAULT_CRASH, NKINDS };
-static const char *const kind_names[NKINDS] = { "EIO", "ENOSPC", "EDQUOT", "short write", "crash" };
+enum { FAULT_EIO, FAULT_ENOSPC, FAULT_EDQUOT, FAULT_SHORT, FAULT_CRASH, FAULT_EINTR, NKINDS };
+static const char *const kind_names[NKINDS] = { "EIO",   "ENOSPC", "EDQUOT",
+	                                        "short", "crash",  "EINTR" };
+/* The kinds tried: every one for an operation that writes; a read can
+ * only fail (EIO), come back short or be interrupted. */
+static const int write_kinds[] = { FAULT_EIO,   FAULT_ENOSPC, FAULT_EDQUOT,
+	                           FAULT_SHORT, FAULT_CRASH,  FAULT_EINTR };
+static const int read_kinds[] = { FAULT_EIO, FAULT_SHORT, FAULT_EINTR };
+static const int *kinds = write_kinds;
+static int nkinds = NKINDS;
 
 #define ROWS 512
 #define COLS 32
@@ -75,9 +91,16 @@ static int target;       /* the worker whose calls fail */
 enum { CALLS_ALL, CALLS_WRITING, CALLS_COMMIT };
 static int phase = CALLS_ALL; /* which of the target's calls */
 static int nvars = 1;    /* two workers save two variables: one each */
+static int reads;        /* read or restore: writes nothing */
 static const char *mpiexec = "mpirun";
 /* Paths stay short (a temporary directory's): messages quote them whole. */
 static char work[1024], src[1100], root[1100], out[1100], npy1[1100], npy2[1100];
+/* The write and read operations' own: big (BIG_ROWS x BIG_COLS float32 in
+ * 1 MiB chunks, written and, cold, read around the page cache) and src
+ * exported as a TensorFlow checkpoint. */
+static char big[1100], tf[1100];
+#define BIG_ROWS 2048
+#define BIG_COLS 1024
 static int64_t next_step = 3;
 
 static void die(const char *what)
@@ -111,7 +134,7 @@ static int parse_op(void)
 {
 	static const char *const known[] = { "save", "delta", "async", "import", "reshard",
 		                             "export-dvar", "export-safetensors", "export-tf",
-		                             "export-npy" };
+		                             "export-npy", "write", "read", "restore" };
 	static const struct {
 		const char *name;
 		int async, target, phase;
@@ -120,6 +143,10 @@ static int parse_op(void)
 		    { "w2-async-rank0", 1, 0, CALLS_ALL } };
 
 	async_save = strcmp(op, "async") == 0;
+	if ((reads = strcmp(op, "read") == 0 || strcmp(op, "restore") == 0)) {
+		kinds = read_kinds;
+		nkinds = (int)(sizeof read_kinds / sizeof *read_kinds);
+	}
 	for (size_t i = 0; i < sizeof known / sizeof *known; i++)
 		if (strcmp(op, known[i]) == 0)
 			return 1;
@@ -136,12 +163,12 @@ static int parse_op(void)
 
 /* A strategy (every worker of the job) with the model's variables holding
  * step s's values. */
-static void model(dvar_strategy **s, dvar_variable **v, int64_t step)
+static void model(dvar_strategy **s, dvar_variable **v, int64_t step, int replicas)
 {
 	dvar_strategy_options so = DVAR_STRATEGY_OPTIONS_INIT;
 	float *x = malloc(ROWS * COLS * sizeof *x);
 
-	so.replicas = 1;
+	so.replicas = replicas;
 	if (!x || dvar_strategy_create(s, &so) != DVAR_OK)
 		die("strategy");
 	for (int k = 0; k < nvars; k++) {
@@ -184,8 +211,47 @@ static int save(dvar_strategy *s, dvar_variable **v, int64_t step, unsigned flag
 	return rc == DVAR_OK ? dvar_save_wait(s) : rc;
 }
 
+/* big's variables written to path, one thread (one order of calls): their
+ * 1 MiB chunks go to the disk with O_DIRECT. */
+static int write_big(const char *path)
+{
+	dvar_write_options wo = DVAR_WRITE_OPTIONS_INIT;
+	dvar_shape sh = { .rank = 2, .dims = { BIG_ROWS, BIG_COLS } };
+	static float x[BIG_ROWS * BIG_COLS];
+	dvar_writer *w;
+	int rc;
+
+	for (size_t i = 0; i < (size_t)BIG_ROWS * BIG_COLS; i++)
+		x[i] = (float)(i % 65521) * 0.5f;
+	wo.chunk_size = (uint64_t)1 << 20;
+	wo.compress = DVAR_COMPRESS_NONE;
+	wo.threads = 1;
+	if ((rc = dvar_writer_open(&w, path, &wo)) != DVAR_OK)
+		return rc;
+	if ((rc = dvar_writer_add(w, "e", DVAR_FLOAT32, &sh, NULL, x)) == DVAR_OK &&
+	    (rc = dvar_writer_add(w, "n", DVAR_FLOAT32, &(dvar_shape){ .rank = 1, .dims = { 5 } },
+	                          NULL, x)) == DVAR_OK)
+		rc = dvar_writer_commit(w);
+	dvar_writer_free(w);
+	return rc;
+}
+
+/* The checkpoints beside the others of write (big) and of the read
+ * operations (big, and tf). */
+static void setup_big(void)
+{
+	dvar_export_options eo = DVAR_EXPORT_OPTIONS_INIT;
+
+	if (write_big(big) != DVAR_OK)
+		die("big");
+	eo.format = DVAR_EXPORT_TF;
+	if (reads && dvar_export(src, tf, &eo) != DVAR_OK)
+		die("tf");
+}
+
 /* What the runs share: a source checkpoint, .npy files, a root with two
- * checkpoints (the second a delta over the first). */
+ * checkpoints (the second a delta over the first); for the read
+ * and write operations, setup_big's too. */
 static void setup(void)
 {
 	dvar_strategy *s;
@@ -216,7 +282,7 @@ static void setup(void)
 		fwrite(x, sizeof *x, ROWS * COLS, fp);
 		fclose(fp);
 	}
-	model(&s, v, 1);
+	model(&s, v, 1, 1);
 	if (save(s, v, 1, DVAR_SAVE_DELTA, 0) != DVAR_OK)
 		die("ckpt-1");
 	for (int k = 0; k < nvars; k++) {
@@ -228,6 +294,8 @@ static void setup(void)
 		die("ckpt-2");
 	free_model(s, v);
 	free(x);
+	if (reads || strcmp(op, "write") == 0)
+		setup_big();
 }
 
 /* ---------------------------------------------------------------- the root's state */
@@ -309,6 +377,188 @@ typedef struct {
 	dvar_variable *v[MAX_VARS];
 } job;
 
+/* ---------------------------------------------------------------- reading */
+
+/* A read operation's results: recorded unarmed (prepare), then matched by
+ * the armed run; wrong says what came back different (WRONG), or, for
+ * UNREADABLE, what verify could not read. */
+#define WRONG 1
+#define UNREADABLE 2
+static struct {
+	void *p;
+	size_t n;
+} rec[64];
+static size_t nrec, cur;
+static int recording;
+static char wrong[600];
+/* big's data file, opened before the shim is armed (not counted). */
+static int big_fd = -1;
+
+static int match(const void *p, size_t n, const char *what, const char *name, const char *path)
+{
+	if (recording) {
+		if (nrec == sizeof rec / sizeof *rec || !(rec[nrec].p = malloc(n)))
+			die("out of memory");
+		memcpy(rec[nrec].p, p, n);
+		rec[nrec++].n = n;
+		return DVAR_OK;
+	}
+	if (cur < nrec && rec[cur].n == n && memcmp(rec[cur].p, p, n) == 0) {
+		cur++;
+		return DVAR_OK;
+	}
+	snprintf(wrong, sizeof wrong, "%s of '%s' in %s", what, name, path);
+	return WRONG;
+}
+
+/* verify's first bad chunk, or its first not unreadable (DVAR_EIO): only
+ * the injected fault may make one, and only unreadable. */
+static int bad_code;
+static char bad_message[300];
+
+static void on_bad(void *userdata, const dvar_bad_chunk *b)
+{
+	(void)userdata;
+	if (!bad_code || (bad_code == DVAR_EIO && b->code != DVAR_EIO)) {
+		bad_code = b->code;
+		snprintf(bad_message, sizeof bad_message, "%s: %s", b->file, b->message);
+	}
+}
+
+/* Out of the page cache, so that the next read of big is cold. */
+static void cool(void)
+{
+	if (big_fd >= 0)
+		posix_fadvise(big_fd, 0, 0, POSIX_FADV_DONTNEED);
+}
+
+/* Every variable of path read whole (cold, into a page-aligned buffer and
+ * into one 16 bytes past a page), a range of its rows, all of them in one
+ * read_many; then verified and digested. */
+static int read_path(const char *path)
+{
+	dvar_read_options o = DVAR_READ_OPTIONS_INIT;
+	dvar_read_request req[4];
+	unsigned char *bufs[4] = { NULL };
+	dvar_reader *r;
+	size_t n = 0;
+	uint64_t nbad = 0;
+	int rc;
+
+	o.threads = 4; /* reads in flight together: O_DIRECT where cold */
+	if ((rc = dvar_reader_open(&r, path, &o)) != DVAR_OK)
+		return rc;
+	n = dvar_reader_num_vars(r);
+	if (n > 4)
+		die("a read checkpoint holds more than 4 variables");
+	for (size_t i = 0; i < n && rc == DVAR_OK; i++) {
+		dvar_var_info info;
+		uint64_t elems = 0;
+		dvar_reader_var(r, i, &info);
+		dvar_shape_num_elements(&info.shape, &elems);
+		size_t bytes = (size_t)elems * dvar_dtype_size(info.dtype);
+		if (!(bufs[i] = aligned_alloc(4096, (bytes + 16 + 4095) / 4096 * 4096)))
+			die("out of memory");
+		req[i] = (dvar_read_request){ i, NULL, bufs[i], bytes };
+		cool();
+		rc = dvar_reader_read(r, i, NULL, bufs[i], bytes);
+		if (rc == DVAR_OK)
+			rc = match(bufs[i], bytes, "a whole read", info.name, path);
+		cool();
+		if (rc == DVAR_OK)
+			rc = dvar_reader_read(r, i, NULL, bufs[i] + 16, bytes);
+		if (rc == DVAR_OK)
+			rc = match(bufs[i] + 16, bytes, "a read 16 bytes past a page", info.name, path);
+		if (rc == DVAR_OK && info.shape.rank >= 1 && info.shape.dims[0] >= 8) {
+			dvar_slice sl;
+			dvar_slice_full(&sl, &info.shape);
+			sl.start[0] = info.shape.dims[0] / 2 + 3;
+			sl.length[0] = info.shape.dims[0] / 4;
+			size_t part = bytes / (size_t)info.shape.dims[0] * (size_t)sl.length[0];
+			rc = dvar_reader_read(r, i, &sl, bufs[i], part);
+			if (rc == DVAR_OK)
+				rc = match(bufs[i], part, "a range of rows", info.name, path);
+		}
+	}
+	cool();
+	if (rc == DVAR_OK)
+		rc = dvar_reader_read_many(r, req, n);
+	for (size_t i = 0; i < n && rc == DVAR_OK; i++)
+		rc = match(bufs[i], req[i].dst_bytes, "read_many", "every variable", path);
+	cool();
+	bad_code = 0;
+	if (rc == DVAR_OK && (rc = dvar_reader_verify(r, on_bad, NULL, &nbad)) == DVAR_OK && nbad) {
+		/* A chunk it could not read is reported, as unreadable, not corrupt. */
+		snprintf(wrong, sizeof wrong, "%s%s", bad_code == DVAR_EIO ? "" : "verify: ",
+		         bad_message);
+		rc = bad_code == DVAR_EIO ? UNREADABLE : WRONG;
+	}
+	for (size_t i = 0; i < n && rc == DVAR_OK; i++) {
+		uint32_t crc;
+		if ((rc = dvar_reader_digest(r, i, &crc)) == DVAR_OK)
+			rc = match(&crc, sizeof crc, "the digest", "every variable", path);
+	}
+	for (size_t i = 0; i < n; i++)
+		free(bufs[i]);
+	dvar_reader_free(r);
+	return rc;
+}
+
+/* The read operation: every checkpoint of the work folder, read. */
+static int read_all(void)
+{
+	const char *paths[] = { big, root, src, tf };
+	int rc = DVAR_OK;
+	cur = 0;
+	for (size_t k = 0; k < sizeof paths / sizeof *paths && rc == DVAR_OK; k++)
+		rc = read_path(paths[k]);
+	return rc;
+}
+
+/* The restore operation: the root's latest onto the job's variables, whose
+ * replicas must then hold what it holds. */
+static int restore_all(job *j)
+{
+	dvar_restore_options ro = DVAR_RESTORE_OPTIONS_INIT;
+	static float got[ROWS * COLS];
+	int rc = dvar_restore(j->s, root, j->v, (size_t)nvars, &ro);
+	cur = 0;
+	for (int k = 0; k < nvars && rc == DVAR_OK; k++)
+		for (int local = 0; local < 2 && rc == DVAR_OK; local++)
+			if ((rc = dvar_variable_read_local(j->v[k], local, got, sizeof got)) == DVAR_OK)
+				rc = match(got, sizeof got, "a restored replica", var_names[k], root);
+	return rc;
+}
+
+/* A read operation's set-up, unarmed: its results recorded, big cold. */
+static void prepare_reads(job *j)
+{
+	char data[1200];
+	recording = 1;
+	if (strcmp(op, "restore") == 0) {
+		model(&j->s, j->v, 0, 2);
+		/* What it must come to: the root's latest, read. */
+		dvar_reader *r;
+		size_t i;
+		static float want[ROWS * COLS];
+		if (dvar_reader_open(&r, root, NULL) != DVAR_OK)
+			die("root");
+		for (int k = 0; k < nvars; k++)
+			for (int local = 0; local < 2; local++)
+				if (dvar_reader_find(r, var_names[k], &i) != DVAR_OK ||
+				    dvar_reader_read(r, i, NULL, want, sizeof want) != DVAR_OK ||
+				    match(want, sizeof want, "", "", "") != DVAR_OK)
+					die("root");
+		dvar_reader_free(r);
+	} else if (read_all() != DVAR_OK) {
+		die("read unarmed");
+	}
+	recording = 0;
+	snprintf(data, sizeof data, "%s/data-00000-of-00001", big);
+	if ((big_fd = open(data, O_RDONLY)) < 0)
+		die(data);
+}
+
 /* A job resumed from the root's latest (the base of its delta), with one
  * row changed: the values of step next_step. */
 static void prepare(job *j)
@@ -317,9 +567,13 @@ static void prepare(job *j)
 	int64_t row = CHANGED_ROW;
 	float r[COLS];
 
+	if (reads) {
+		prepare_reads(j);
+		return;
+	}
 	if (!is_save())
 		return;
-	model(&j->s, j->v, 0);
+	model(&j->s, j->v, 0, 1);
 	if (dvar_restore(j->s, root, j->v, (size_t)nvars, &ro) != DVAR_OK)
 		die("restore");
 	for (int c = 0; c < COLS; c++)
@@ -333,6 +587,12 @@ static void prepare(job *j)
  * has a short chain under it, not one as long as the sweep so far. */
 static int act(job *j, long at)
 {
+	if (strcmp(op, "read") == 0)
+		return read_all();
+	if (strcmp(op, "write") == 0)
+		return write_big(out);
+	if (strcmp(op, "restore") == 0)
+		return restore_all(j);
 	if (is_save())
 		return save(j->s, j->v, next_step,
 		            strcmp(op, "delta") == 0 && at >= 0 ? DVAR_SAVE_DELTA : 0, async_save);
@@ -361,7 +621,7 @@ static int act(job *j, long at)
 typedef struct {
 	long calls;
 	int rc, hit;
-	char message[512];
+	char message[700];
 	char what[64];
 	char where[200]; /* the failed call and its path */
 } report;
@@ -381,7 +641,10 @@ static report run_armed(job *j, long at, int kind)
 	where = r.hit ? dvar_fault_log(at) : NULL;
 	snprintf(r.what, sizeof r.what, "%s", what);
 	snprintf(r.where, sizeof r.where, "%s", where ? where : what);
-	snprintf(r.message, sizeof r.message, "%s", r.rc ? dvar_error_last()->message : "");
+	if (r.rc == WRONG || r.rc == UNREADABLE)
+		snprintf(r.message, sizeof r.message, "%s%s", r.rc == WRONG ? "other values than unarmed: " : "", wrong);
+	else
+		snprintf(r.message, sizeof r.message, "%s", r.rc ? dvar_error_last()->message : "");
 	return r;
 }
 
@@ -418,12 +681,13 @@ static report trial(long at, int kind, int *crashed)
 }
 
 /* Each variable of path holds the values the operation put there: the
- * source's variable of the same name (import: a and b hold w's). */
+ * source's variable of the same name (import: a and b hold w's; write:
+ * big's). */
 static int same_as_source(const char *path)
 {
 	dvar_reader *a, *b;
 	int same = 1;
-	if (dvar_reader_open(&a, src, NULL) != DVAR_OK)
+	if (dvar_reader_open(&a, strcmp(op, "write") == 0 ? big : src, NULL) != DVAR_OK)
 		die("source");
 	if (dvar_reader_open(&b, path, NULL) != DVAR_OK) {
 		dvar_reader_free(a);
@@ -529,20 +793,39 @@ static const char *shown(const char *where)
 	return buf;
 }
 
-/* What a trial left: nothing, or the output whole. 0 when fine. */
+/* A fault the operation must ride out: a read or write interrupted before
+ * any byte moved, or a read that came back short, is made again. */
+static int rides_out(int kind, const char *call)
+{
+	return kind == FAULT_EINTR ||
+	       (kind == FAULT_SHORT && (strcmp(call, "read") == 0 || strcmp(call, "pread") == 0));
+}
+
+/* What a trial left: nothing, or the output whole; a read operation's
+ * results, the same as unarmed or a failure naming a path. 0 when fine. */
 static int check_output(const report *r, int crashed, long at, int kind, const state *before)
 {
 	char what[512];
 	int bad = 0;
 	snprintf(what, sizeof what, "%s, %s at call %ld (%s)", op, kind_names[kind], at,
 	         crashed ? "crash" : shown(r->where));
+	if (!crashed && r->rc == WRONG) {
+		printf("  %s: %s\n", what, r->message);
+		return 1;
+	}
+	if (!crashed && r->hit && r->rc != DVAR_OK && rides_out(kind, r->what)) {
+		printf("  %s: failed instead of making the call again: %s\n", what, r->message);
+		bad++;
+	}
 	/* A failure names where: the output, or the file the failing call was on. */
 	if (!crashed && r->hit && r->rc != DVAR_OK && !strchr(r->message, '/')) {
 		printf("  %s: the message names no path: %s\n", what, r->message);
 		bad++;
 	}
-	if (!crashed && r->hit && r->rc == DVAR_OK)
+	if (!crashed && r->hit && r->rc == DVAR_OK && !rides_out(kind, r->what))
 		printf("  (%s: succeeded: a call it can do without, or one after its commit point)\n", what);
+	if (reads)
+		return bad;
 	if (is_save()) {
 		static state after;
 		after = *before;
@@ -716,6 +999,10 @@ static int check_workers(const report *all, long at, int kind)
 			       r->message, w, all[w].rc, all[w].message);
 			bad++;
 		}
+	}
+	if (r->hit && r->rc != DVAR_OK && rides_out(kind, r->what)) {
+		printf("  %s: failed instead of making the call again: %s\n", what, r->message);
+		bad++;
 	}
 	if (r->rc != DVAR_OK && (!strstr(r->message, saving) || !strstr(r->message, "worker ") ||
 	                         !strchr(r->message, '/'))) {
@@ -989,7 +1276,7 @@ static int two_workers(long sample, unsigned long seed)
 	call_range(count, &lo, &hi);
 	next_step += 2;
 
-	long total = (hi - lo + 1) * NKINDS;
+	long total = (hi - lo + 1) * nkinds;
 	t.n = sample ? sample : total;
 	t.step = next_step;
 	t.at = malloc((size_t)t.n * sizeof *t.at);
@@ -998,8 +1285,8 @@ static int two_workers(long sample, unsigned long seed)
 		die("out of memory");
 	for (long i = 0; i < t.n; i++) {
 		long pick = sample ? (long)((seed = seed * 6364136223846793005ul + 1442695040888963407ul) >> 33) % total : i;
-		t.at[i] = lo + pick / NKINDS;
-		t.kind[i] = (int)(pick % NKINDS);
+		t.at[i] = lo + pick / nkinds;
+		t.kind[i] = kinds[pick % nkinds];
 	}
 	write_trials(&t);
 	/* After a job that died in trial k, the next one first saves the
@@ -1059,8 +1346,8 @@ static int two_workers(long sample, unsigned long seed)
 	}
 	printf("%s: %ld file-system calls of worker %d, trials at calls %ld..%ld:", op, count, target,
 	       lo, hi);
-	for (int k = 0; k < NKINDS; k++)
-		printf(" %d %s", tried[k], kind_names[k]);
+	for (int k = 0; k < nkinds; k++)
+		printf(" %d %s", tried[kinds[k]], kind_names[kinds[k]]);
 	printf("; %d failures\n", failures);
 	return failures != 0;
 }
@@ -1122,6 +1409,8 @@ int main(int argc, char **argv)
 	join(npy1, work, "a.npy");
 	join(npy2, work, "b.npy");
 	join(out, work, strcmp(op, "export-safetensors") == 0 ? "out.safetensors" : "out");
+	join(big, work, "big");
+	join(tf, work, "tf");
 	if (job != -2)
 		return job_main(job, step);
 	setup();
@@ -1139,12 +1428,12 @@ int main(int argc, char **argv)
 	}
 	/* The calls vary a little with the step names: a few more are tried. */
 	long n = count.calls + 2;
-	long total = n * NKINDS;
+	long total = n * nkinds;
 	failures += rerun_and_sweep(0, 0);
 	for (long t = 0; t < (sample ? sample : total); t++) {
 		long pick = sample ? (long)((seed = seed * 6364136223846793005ul + 1442695040888963407ul) >> 33) % total : t;
-		long at = pick / NKINDS + 1;
-		int kind = (int)(pick % NKINDS);
+		long at = pick / nkinds + 1;
+		int kind = kinds[pick % nkinds];
 		static state before;
 		char why[700];
 		if (is_save() && !read_latest(&before, why, sizeof why))
@@ -1155,8 +1444,8 @@ int main(int argc, char **argv)
 		failures += rerun_and_sweep(at, kind);
 	}
 	printf("%s: %ld file-system calls; trials:", op, count.calls);
-	for (int k = 0; k < NKINDS; k++)
-		printf(" %d %s", tried[k], kind_names[k]);
+	for (int k = 0; k < nkinds; k++)
+		printf(" %d %s", tried[kinds[k]], kind_names[kinds[k]]);
 	printf("; %d failures\n", failures);
 	return failures != 0;
 }

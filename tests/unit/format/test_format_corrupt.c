@@ -163,7 +163,7 @@ static void test_format_corrupt__missing_data(void **state)
 	assert_int_equal(unlink(f->data), 0);
 	float *out = malloc(ROWS * COLS * sizeof(float));
 	assert_int_equal(read_all(f->ck, out), DVAR_ECORRUPT);
-	tu_assert_error_contains("data file is missing or unreadable: No such file or directory");
+	tu_assert_error_contains("data file is missing");
 	free(out);
 }
 
