@@ -945,13 +945,18 @@ int dvar_part_decode(dvar_part *out, const void *p, size_t n)
 		if (rc)
 			goto fail;
 	}
-	/* Every variable takes at least 9 bytes: bound the count before allocating. */
+	/* Every variable takes at least 9 bytes: bound the count before
+	 * allocating. From here on a failure frees the chain too (fail). */
 	if ((rc = get_varint(&r, &v)))
-		return rc;
-	if (v > (uint64_t)(r.end - r.p) / 9)
-		return truncated(&r);
-	if (v && !(out->vars = calloc((size_t)v, sizeof(dvar_var_entry))))
-		return dvar_error_set(DVAR_ENOMEM, "out of memory");
+		goto fail;
+	if (v > (uint64_t)(r.end - r.p) / 9) {
+		rc = truncated(&r);
+		goto fail;
+	}
+	if (v && !(out->vars = calloc((size_t)v, sizeof(dvar_var_entry)))) {
+		rc = dvar_error_set(DVAR_ENOMEM, "out of memory");
+		goto fail;
+	}
 	out->num_vars = (size_t)v;
 	snprintf(what, sizeof(what), "part %u entry", out->part);
 	for (size_t i = 0; i < out->num_vars; i++) {
