@@ -2089,20 +2089,18 @@ int dvar_reader_verify(dvar_reader *r, dvar_bad_chunk_fn bad, void *userdata, ui
 /* ---------------------------------------------------------------- map */
 
 typedef struct {
-	const dvar_reader *r;
+	dvar_reader *r;
 	const dvar_var_entry *v;
 	const dvar_slice_entry *s;
-	const unsigned char *data;
+	dvar_ahead *ahead; /* asks the kernel for the chunks ahead (NULL: none) */
 } map_verify_ctx;
 
-/* The block and chunk checksums of chunk ci of a mapped slice. */
-static int map_verify_chunk(void *vctx, size_t ci)
+/* The block and chunk checksums of chunk ci of ctx's slice, read into p. */
+static int check_chunk_blocks(const map_verify_ctx *ctx, size_t ci, const unsigned char *p,
+                              uint64_t len)
 {
-	map_verify_ctx *ctx = vctx;
 	const dvar_slice_entry *s = ctx->s;
 	const dvar_chunk *c = &s->chunks[ci];
-	const unsigned char *p = ctx->data + (uint64_t)ci * s->chunk_size;
-	uint64_t len = dvar_chunk_raw_len(s, ci);
 	const uint32_t *blocks = s->block_crcs + c->first_block;
 	uint32_t whole = 0;
 	char why[WHY_MAX];
@@ -2122,6 +2120,29 @@ static int map_verify_chunk(void *vctx, size_t ci)
 		return chunk_error(ctx->r, ctx->v, s, ci, DVAR_ECORRUPT, why);
 	}
 	return DVAR_OK;
+}
+
+/* The block and chunk checksums of chunk ci of a slice about to be mapped. */
+static int map_verify_chunk(void *vctx, size_t ci)
+{
+	map_verify_ctx *ctx = vctx;
+	const dvar_slice_entry *s = ctx->s;
+	const dvar_chunk *c = &s->chunks[ci];
+	const data_file *df = &ctx->r->files[s->file];
+	uint64_t len = dvar_chunk_raw_len(s, ci);
+	scratch *sc = scratch_get(ctx->r);
+	int rc = sc ? grow(&sc->raw, &sc->raw_cap, (size_t)len) : DVAR_ENOMEM;
+	dvar_ahead_started(ctx->ahead, ci);
+	/* Read through the page cache, which the mapping then shows: an I/O
+	 * error is an error here, where touching the mapping would be a SIGBUS. */
+	if (rc == DVAR_OK &&
+	    (rc = dvar_fs_pread_all(df->fd, sc->raw, (size_t)len, c->offset, df->path)) != DVAR_OK)
+		rc = dvar_error_prefix("mapping variable '%s'", ctx->v->name);
+	else if (rc == DVAR_OK)
+		rc = check_chunk_blocks(ctx, ci, sc->raw, len);
+	if (sc)
+		dvar_stash_push(ctx->r->scratches, sc, scratch_release);
+	return rc;
 }
 
 /* DVAR_OK when slice s can be mapped: raw chunks, back to back, in order. */
@@ -2214,9 +2235,15 @@ int dvar_reader_map(dvar_reader *r, size_t i, size_t j, uint32_t flags, dvar_map
 		                            df->path, (unsigned long long)base);
 	const unsigned char *data = (const unsigned char *)m + (off - base);
 	if (flags & DVAR_MAP_VERIFY) {
-		map_verify_ctx ctx = { r, v, s, data };
-		madvise(m, length, MADV_SEQUENTIAL);
-		if ((rc = dvar_pool_for(r->pool, s->num_chunks, map_verify_chunk, &ctx))) {
+		map_verify_ctx ctx = { r, v, s, NULL };
+		dvar_ahead_range *g = s->num_chunks > 1 ? malloc(s->num_chunks * sizeof(*g)) : NULL;
+		for (size_t ci = 0; g && ci < s->num_chunks; ci++)
+			g[ci] = (dvar_ahead_range){ df->fd, s->chunks[ci].offset, dvar_chunk_raw_len(s, ci) };
+		if (g)
+			ctx.ahead = dvar_ahead_start(g, s->num_chunks);
+		rc = dvar_pool_for(r->pool, s->num_chunks, map_verify_chunk, &ctx);
+		dvar_ahead_stop(ctx.ahead);
+		if (rc) {
 			munmap(m, length);
 			return rc;
 		}

@@ -545,10 +545,11 @@ typedef struct {
  * back to back in chunk order in its data file can be mapped; a
  * checkpoint written with DVAR_COMPRESS_NONE (as `dvar export
  * --single-shard` writes) has only such slices.
- * @param flags  DVAR_MAP_VERIFY: read every byte once and check the
- *               block and chunk checksums first (DVAR_ECORRUPT naming the
- *               chunk when one fails). Without it nothing is checked: the
- *               bytes are what the file holds.
+ * @param flags  DVAR_MAP_VERIFY: read every byte once through the page
+ *               cache and check the block and chunk checksums first
+ *               (DVAR_ECORRUPT naming the chunk when one fails, DVAR_EIO
+ *               naming the file when it cannot be read). Without it
+ *               nothing is checked: the bytes are what the file holds.
  * @return DVAR_ENOTSUPP saying why when the slice cannot be mapped (a
  *         compressed chunk, chunks out of order, several slices for
  *         DVAR_MAP_WHOLE, any tensor of a TensorFlow checkpoint: not

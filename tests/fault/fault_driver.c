@@ -10,7 +10,8 @@
  * export-dvar, export-safetensors, export-tf or export-npy; write (8 MiB
  * in 1 MiB chunks, which go to the disk with O_DIRECT); read (every
  * checkpoint of the work folder read every way: cold into aligned and
- * unaligned buffers, a range of rows, read_many, verify, digests) or
+ * unaligned buffers, mapped and verified, a range of rows, read_many,
+ * verify, digests) or
  * restore (the root's latest, a delta, onto two replicas); or a save of
  * two workers (W = 2, under MPIRUN -np 2) with the fault in one of them:
  * w2-rank1 (worker 1, every call), w2-rank0 (the chief, its calls before
@@ -433,8 +434,9 @@ static void cool(void)
 }
 
 /* Every variable of path read whole (cold, into a page-aligned buffer and
- * into one 16 bytes past a page), a range of its rows, all of them in one
- * read_many; then verified and digested. */
+ * into one 16 bytes past a page), mapped with its checksums checked (where
+ * it can be), a range of its rows, all of them in one read_many; then
+ * verified and digested. */
 static int read_path(const char *path)
 {
 	dvar_read_options o = DVAR_READ_OPTIONS_INIT;
@@ -469,6 +471,17 @@ static int read_path(const char *path)
 			rc = dvar_reader_read(r, i, NULL, bufs[i] + 16, bytes);
 		if (rc == DVAR_OK)
 			rc = match(bufs[i] + 16, bytes, "a read 16 bytes past a page", info.name, path);
+		cool();
+		if (rc == DVAR_OK) {
+			/* Mapped with its checksums checked, where it can be. */
+			dvar_mapping m;
+			int mr = dvar_reader_map(r, i, DVAR_MAP_WHOLE, DVAR_MAP_VERIFY, &m);
+			if (mr == DVAR_OK)
+				rc = match(m.data, m.size, "a verified mapping", info.name, path);
+			else if (mr != DVAR_ENOTSUPP)
+				rc = mr;
+			dvar_reader_unmap(&m);
+		}
 		if (rc == DVAR_OK && info.shape.rank >= 1 && info.shape.dims[0] >= 8) {
 			dvar_slice sl;
 			dvar_slice_full(&sl, &info.shape);
