@@ -167,6 +167,34 @@ static void test_format_corrupt__missing_data(void **state)
 	free(out);
 }
 
+/* verify's report of one chunk: its code. */
+static void keep_code(void *userdata, const dvar_bad_chunk *bad)
+{
+	*(int *)userdata = bad->code;
+}
+
+/* A data file that is there but cannot be opened (a link to itself):
+ * an I/O failure naming it, not damage, for a read and for verify. */
+static void test_format_corrupt__unopenable_data(void **state)
+{
+	fixture *f = *state;
+	assert_int_equal(unlink(f->data), 0);
+	assert_int_equal(symlink(f->data, f->data), 0);
+	float *out = malloc(ROWS * COLS * sizeof(float));
+	assert_int_equal(read_all(f->ck, out), DVAR_EIO);
+	tu_assert_error_contains("data file cannot be opened");
+	tu_assert_error_contains("data-00000-of-00001");
+	dvar_reader *r;
+	uint64_t nbad = 0;
+	int code = 0;
+	assert_int_equal(dvar_reader_open(&r, f->ck, NULL), DVAR_OK);
+	assert_int_equal(dvar_reader_verify(r, keep_code, &code, &nbad), DVAR_OK);
+	assert_true(nbad >= 1);
+	assert_int_equal(code, DVAR_EIO);
+	dvar_reader_free(r);
+	free(out);
+}
+
 static void write_file(const char *path, const void *p, size_t n)
 {
 	FILE *fp = fopen(path, "wb");
@@ -293,6 +321,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_format_corrupt__flipped_byte_lz4, setup_lz4, teardown),
 		cmocka_unit_test_setup_teardown(test_format_corrupt__truncated_data, setup_raw, teardown),
 		cmocka_unit_test_setup_teardown(test_format_corrupt__missing_data, setup_raw, teardown),
+		cmocka_unit_test_setup_teardown(test_format_corrupt__unopenable_data, setup_raw, teardown),
 		cmocka_unit_test_setup_teardown(test_format_corrupt__garbage_index, setup_raw, teardown),
 		cmocka_unit_test_setup_teardown(test_format_corrupt__truncated_index, setup_raw, teardown),
 		cmocka_unit_test_setup_teardown(test_format_corrupt__flipped_index_byte, setup_raw, teardown),
