@@ -2095,51 +2095,22 @@ typedef struct {
 	dvar_ahead *ahead; /* asks the kernel for the chunks ahead (NULL: none) */
 } map_verify_ctx;
 
-/* The block and chunk checksums of chunk ci of ctx's slice, read into p. */
-static int check_chunk_blocks(const map_verify_ctx *ctx, size_t ci, const unsigned char *p,
-                              uint64_t len)
-{
-	const dvar_slice_entry *s = ctx->s;
-	const dvar_chunk *c = &s->chunks[ci];
-	const uint32_t *blocks = s->block_crcs + c->first_block;
-	uint32_t whole = 0;
-	char why[WHY_MAX];
-	for (uint64_t b = 0, at = 0; at < len; b++, at += DVAR_BLOCK_SIZE) {
-		size_t blen = len - at < DVAR_BLOCK_SIZE ? (size_t)(len - at) : DVAR_BLOCK_SIZE;
-		uint32_t crc = dvar_crc32c(p + at, blen);
-		if (crc != blocks[b]) {
-			snprintf(why, sizeof(why), "checksum mismatch in block %llu (bytes %llu..%llu): "
-			         "stored %08x, computed %08x", (unsigned long long)b, (unsigned long long)at,
-			         (unsigned long long)(at + blen), blocks[b], crc);
-			return chunk_error(ctx->r, ctx->v, s, ci, DVAR_ECORRUPT, why);
-		}
-		whole = at ? dvar_crc32c_combine(whole, crc, blen) : crc;
-	}
-	if (whole != c->crc) {
-		snprintf(why, sizeof(why), "block checksums disagree with the chunk checksum %08x", c->crc);
-		return chunk_error(ctx->r, ctx->v, s, ci, DVAR_ECORRUPT, why);
-	}
-	return DVAR_OK;
-}
-
-/* The block and chunk checksums of chunk ci of a slice about to be mapped. */
+/* Chunk ci of a slice about to be mapped, read and checked as a read
+ * checks it: through the page cache, which the mapping then shows (deep 0:
+ * never around it), so that an I/O error is an error here, where touching
+ * the mapping would be a SIGBUS. */
 static int map_verify_chunk(void *vctx, size_t ci)
 {
 	map_verify_ctx *ctx = vctx;
 	const dvar_slice_entry *s = ctx->s;
-	const dvar_chunk *c = &s->chunks[ci];
-	const data_file *df = &ctx->r->files[s->file];
 	uint64_t len = dvar_chunk_raw_len(s, ci);
 	scratch *sc = scratch_get(ctx->r);
+	char why[WHY_MAX];
 	int rc = sc ? grow(&sc->raw, &sc->raw_cap, (size_t)len) : DVAR_ENOMEM;
 	dvar_ahead_started(ctx->ahead, ci);
-	/* Read through the page cache, which the mapping then shows: an I/O
-	 * error is an error here, where touching the mapping would be a SIGBUS. */
 	if (rc == DVAR_OK &&
-	    (rc = dvar_fs_pread_all(df->fd, sc->raw, (size_t)len, c->offset, df->path)) != DVAR_OK)
-		rc = dvar_error_prefix("mapping variable '%s'", ctx->v->name);
-	else if (rc == DVAR_OK)
-		rc = check_chunk_blocks(ctx, ci, sc->raw, len);
+	    (rc = load_chunk(ctx->r, ctx->v, s, ci, 0, len, sc->raw, sc, 0, why)) != DVAR_OK)
+		rc = chunk_error(ctx->r, ctx->v, s, ci, rc, why);
 	if (sc)
 		dvar_stash_push(ctx->r->scratches, sc, scratch_release);
 	return rc;
@@ -2247,7 +2218,6 @@ int dvar_reader_map(dvar_reader *r, size_t i, size_t j, uint32_t flags, dvar_map
 			munmap(m, length);
 			return rc;
 		}
-		atomic_fetch_add(&r->bytes_read, s->raw_bytes);
 	}
 	out->data = data;
 	out->size = (size_t)s->raw_bytes;
