@@ -568,19 +568,31 @@ static int write_padded(dvar_writer *w, const unsigned char *buf, size_t padded,
 	/* Every write of data comes here: a cancel takes effect within a chunk per thread. */
 	if (dvar_writer_cancelled(w))
 		return dvar_error_set(DVAR_ECANCELED, "writing '%s': cancelled", w->final_dir);
+	size_t done = 0;
 	if (padded >= DIRECT_MIN && atomic_load(&w->direct_ok)) {
-		ssize_t n;
-		while ((n = pwrite(w->fd_direct, buf, padded, (off_t)off)) < 0 && errno == EINTR)
-			;
-		if (n == (ssize_t)padded)
+		while (done < padded) {
+			ssize_t n = pwrite(w->fd_direct, buf + done, padded - done, (off_t)(off + done));
+			if (n < 0 && errno == EINTR)
+				continue;
+			if (n < 0 && errno == EINVAL && done == 0) {
+				/* Some file systems refuse O_DIRECT at write time: go buffered from now on. */
+				atomic_store(&w->direct_ok, 0);
+				break;
+			}
+			if (n < 0)
+				return dvar_error_set_errno(DVAR_EIO, errno,
+				                            "write %zu bytes at offset %llu of '%s'", padded - done,
+				                            (unsigned long long)(off + done), w->data_shown);
+			/* A short write goes on from where it stopped (a disk that just
+			 * filled up then says so); the rest of an unaligned one, buffered. */
+			done += (size_t)n;
+			if (n == 0 || done % DVAR_ALIGN != 0)
+				break;
+		}
+		if (done == padded)
 			return DVAR_OK;
-		/* Some file systems refuse O_DIRECT at write time: go buffered from now on. */
-		if (n < 0 && errno != EINVAL)
-			return dvar_error_set_errno(DVAR_EIO, errno, "write %zu bytes at offset %llu of '%s'",
-			                            padded, (unsigned long long)off, w->data_shown);
-		atomic_store(&w->direct_ok, 0);
 	}
-	return dvar_fs_pwrite_all(w->fd, buf, padded, off, w->data_shown);
+	return dvar_fs_pwrite_all(w->fd, buf + done, padded - done, off + done, w->data_shown);
 }
 
 /* The data file allocated up to end at least (PREALLOC_MAX). */

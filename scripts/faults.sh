@@ -6,7 +6,7 @@
 # under mpirun -np 2 with the fault in worker 1, in the chief writing its
 # part or committing, synchronous and asynchronous) failed in turn with
 # every fault kind (EIO, ENOSPC, EDQUOT, a short write or read, a crash,
-# EINTR), and of each reading one (every way of reading a checkpoint, and a
+# EINTR, a partial write), and of each reading one (every way of reading a checkpoint, and a
 # restore) with EIO, a short read and EINTR, each followed by the checks of
 # tests/fault/fault_driver.c. The test command
 # runs a sample of each (ctest -L fault); this runs them all. Builds in

@@ -6,11 +6,12 @@
  * unlinkat, rmdir, ftruncate and close, and makes call number `at` fail:
  * with EIO, ENOSPC or EDQUOT (reads: EIO only), short (a write: half the
  * bytes, then the next write fails with ENOSPC, as a full disk does; a
- * read: half the bytes, as a network file system may give), interrupted
- * (EINTR before any byte moved, as a signal does), or by ending the
- * process right there (_exit, as a crash). Short and interrupted apply to
- * reads and writes only; a kind that does not apply to the call leaves it
- * alone (no fault). With a scope
+ * read: half the bytes, as a network file system may give), partial (a
+ * write: half the bytes, the next writes whole, as a signal that came
+ * after some bytes moved), interrupted (EINTR before any byte moved, as a
+ * signal does), or by ending the process right there (_exit, as a crash).
+ * Short and interrupted apply to reads and writes only, partial to writes
+ * only; a kind that does not apply to the call leaves it alone (no fault). With a scope
  * (dvar_fault_scope), only calls on paths under it, and on descriptors
  * opened there, are counted and failed: a program's other files (OpenMPI's
  * shared memory, its pipes) are never touched, and the count does not
@@ -31,7 +32,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-enum { FAULT_EIO, FAULT_ENOSPC, FAULT_EDQUOT, FAULT_SHORT, FAULT_CRASH, FAULT_EINTR };
+enum { FAULT_EIO, FAULT_ENOSPC, FAULT_EDQUOT, FAULT_SHORT, FAULT_CRASH, FAULT_EINTR, FAULT_PARTIAL };
 
 static atomic_int armed;
 static atomic_long calls;
@@ -183,7 +184,8 @@ static int decide(const char *what, const char *path, int family)
 	if (fail_at == 0 || n != fail_at)
 		return 0;
 	if (((kind == FAULT_EINTR || kind == FAULT_SHORT) && family == OTHER) ||
-	    ((kind == FAULT_ENOSPC || kind == FAULT_EDQUOT) && family == READS))
+	    ((kind == FAULT_ENOSPC || kind == FAULT_EDQUOT) && family == READS) ||
+	    (kind == FAULT_PARTIAL && family != WRITES))
 		return 0;
 	atomic_store(&hit, 1);
 	snprintf(hit_what, sizeof hit_what, "%s", what);
@@ -194,6 +196,7 @@ static int decide(const char *what, const char *path, int family)
 		if (family == WRITES)
 			atomic_store(&disk_full, 1);
 		return 1;
+	case FAULT_PARTIAL: return 1;
 	case FAULT_EINTR: errno = EINTR; return -1;
 	case FAULT_ENOSPC: errno = ENOSPC; return -1;
 	case FAULT_EDQUOT: errno = EDQUOT; return -1;
@@ -251,13 +254,19 @@ int openat(int dirfd, const char *path, int flags, ...)
 	if (d < 0) \
 		return -1
 
+/* What a short call of n bytes moves: half, in whole pages when there are
+ * two or more, as a device moves them (O_DIRECT takes only aligned
+ * lengths); never 0, which a read takes for the end. */
+static size_t short_len(size_t n)
+{
+	return n >= 8192 ? n / 2 / 4096 * 4096 : (n + 1) / 2;
+}
+
 /* A short read of got bytes of n: the whole read is made (O_DIRECT takes
- * only aligned lengths) and half of it returned, in whole pages when there
- * are two or more, as a device gives them; never 0, which means the end. */
+ * only aligned lengths) and a short one's bytes returned. */
 static ssize_t short_read(ssize_t got, size_t n)
 {
-	size_t half = n >= 8192 ? n / 2 / 4096 * 4096 : (n + 1) / 2;
-	return got > (ssize_t)half ? (ssize_t)half : got;
+	return got > (ssize_t)short_len(n) ? (ssize_t)short_len(n) : got;
 }
 
 ssize_t read(int fd, void *buf, size_t n)
@@ -295,21 +304,21 @@ ssize_t write(int fd, const void *buf, size_t n)
 {
 	REAL("write", ssize_t, int, const void *, size_t);
 	FD_CALL("write", WRITES);
-	return real(fd, buf, d ? n / 2 : n);
+	return real(fd, buf, d ? short_len(n) : n);
 }
 
 ssize_t pwrite(int fd, const void *buf, size_t n, off_t off)
 {
 	REAL("pwrite", ssize_t, int, const void *, size_t, off_t);
 	FD_CALL("pwrite", WRITES);
-	return real(fd, buf, d ? n / 2 : n, off);
+	return real(fd, buf, d ? short_len(n) : n, off);
 }
 
 ssize_t pwrite64(int fd, const void *buf, size_t n, off_t off)
 {
 	REAL("pwrite64", ssize_t, int, const void *, size_t, off_t);
 	FD_CALL("pwrite", WRITES);
-	return real(fd, buf, d ? n / 2 : n, off);
+	return real(fd, buf, d ? short_len(n) : n, off);
 }
 
 ssize_t pwritev(int fd, const struct iovec *iov, int cnt, off_t off)
@@ -317,7 +326,7 @@ ssize_t pwritev(int fd, const struct iovec *iov, int cnt, off_t off)
 	REAL("pwritev", ssize_t, int, const struct iovec *, int, off_t);
 	FD_CALL("pwritev", WRITES);
 	if (d && cnt > 0) {
-		struct iovec half = { iov[0].iov_base, iov[0].iov_len / 2 };
+		struct iovec half = { iov[0].iov_base, short_len(iov[0].iov_len) };
 		return real(fd, &half, 1, off);
 	}
 	return real(fd, iov, cnt, off);

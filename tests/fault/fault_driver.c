@@ -20,10 +20,11 @@
  * asynchronous save, the fault in worker 1, or in any call of the chief).
  * The driver counts the file-system calls the operation makes (in a child
  * process, the shim counting), then repeats it in a child for every call k
- * and every fault kind (EIO, ENOSPC, EDQUOT, short, a crash, EINTR; a read
- * operation: EIO, short, EINTR), or for N of those pairs drawn at random
- * with --sample. After each it checks, in the parent: an interrupted read
- * or write, or a short read, was made again and the operation succeeded;
+ * and every fault kind (EIO, ENOSPC, EDQUOT, short, a crash, EINTR,
+ * partial; a read operation: EIO, short, EINTR), or for N of those pairs
+ * drawn at random with --sample. After each it checks, in the parent: an
+ * interrupted read or write, a short read or a partial write was made again
+ * (the rest of it) and the operation succeeded;
  * otherwise it failed (or, when the fault came after its commit point,
  * succeeded) and its message names the output or the file; a read
  * operation returned what it returns unarmed, to the byte; what it wrote
@@ -68,13 +69,14 @@ static int (*dvar_fault_hit)(const char **what);
 static void (*dvar_fault_scope)(const char *prefix);
 static const char *(*dvar_fault_log)(long n);
 
-enum { FAULT_EIO, FAULT_ENOSPC, FAULT_EDQUOT, FAULT_SHORT, FAULT_CRASH, FAULT_EINTR, NKINDS };
-static const char *const kind_names[NKINDS] = { "EIO",   "ENOSPC", "EDQUOT",
-	                                        "short", "crash",  "EINTR" };
+enum { FAULT_EIO, FAULT_ENOSPC, FAULT_EDQUOT, FAULT_SHORT, FAULT_CRASH, FAULT_EINTR, FAULT_PARTIAL,
+       NKINDS };
+static const char *const kind_names[NKINDS] = { "EIO",   "ENOSPC", "EDQUOT", "short",
+	                                        "crash", "EINTR",  "partial" };
 /* The kinds tried: every one for an operation that writes; a read can
  * only fail (EIO), come back short or be interrupted. */
-static const int write_kinds[] = { FAULT_EIO,   FAULT_ENOSPC, FAULT_EDQUOT,
-	                           FAULT_SHORT, FAULT_CRASH,  FAULT_EINTR };
+static const int write_kinds[] = { FAULT_EIO,   FAULT_ENOSPC, FAULT_EDQUOT, FAULT_SHORT,
+	                           FAULT_CRASH, FAULT_EINTR,  FAULT_PARTIAL };
 static const int read_kinds[] = { FAULT_EIO, FAULT_SHORT, FAULT_EINTR };
 static const int *kinds = write_kinds;
 static int nkinds = NKINDS;
@@ -807,10 +809,11 @@ static const char *shown(const char *where)
 }
 
 /* A fault the operation must ride out: a read or write interrupted before
- * any byte moved, or a read that came back short, is made again. */
+ * any byte moved, a read that came back short, or a write that moved part
+ * of its bytes (the disk not full), is made again. */
 static int rides_out(int kind, const char *call)
 {
-	return kind == FAULT_EINTR ||
+	return kind == FAULT_EINTR || kind == FAULT_PARTIAL ||
 	       (kind == FAULT_SHORT && (strcmp(call, "read") == 0 || strcmp(call, "pread") == 0));
 }
 
