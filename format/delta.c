@@ -25,6 +25,12 @@ static int take_header(void *ud, const void *key, size_t klen, const void *val, 
 
 int dvar_link_peek(const char *dir, dvar_header *out, uint32_t *index_crc)
 {
+	return dvar_link_read(dir, out, index_crc, NULL, NULL);
+}
+
+int dvar_link_read(const char *dir, dvar_header *out, uint32_t *index_crc, char **bytes_out,
+                   size_t *len_out)
+{
 	char *index = dvar_path_join(dir, DVAR_INDEX_NAME), *bytes = NULL;
 	size_t len = 0;
 	int rc;
@@ -42,6 +48,11 @@ int dvar_link_peek(const char *dir, dvar_header *out, uint32_t *index_crc)
 	}
 	if (rc)
 		dvar_header_clear(out);
+	if (rc == DVAR_OK && bytes_out) {
+		*bytes_out = bytes;
+		*len_out = len;
+		bytes = NULL;
+	}
 	free(bytes);
 	free(index);
 	return rc;

@@ -299,6 +299,10 @@ uint64_t dvar_writer_data_bytes(const dvar_writer *w);
 /* The header of the checkpoint at dir (its index scanned no further) and
  * the CRC-32C of its index file. */
 int dvar_link_peek(const char *dir, dvar_header *out, uint32_t *index_crc);
+/* The same, and the index file's bytes (*bytes, *len; the caller frees
+ * them), which are the ones checked: a reader opens the link from them. */
+int dvar_link_read(const char *dir, dvar_header *out, uint32_t *index_crc, char **bytes,
+                   size_t *len);
 /* The chain of a delta over the checkpoint at base: base's name and index
  * CRC, then base's own chain. Free with dvar_links_free. */
 int dvar_chain_over(const char *base, dvar_link **chain, size_t *len);

@@ -379,7 +379,7 @@ int dvar_read_options_take(dvar_read_options *out, const dvar_read_options *opts
 }
 
 static int open_reader(dvar_reader **out, const char *path, const dvar_read_options *opts,
-                       dvar_pool *pool, size_t depth);
+                       dvar_pool *pool, size_t depth, char *index_bytes, size_t index_len);
 
 /*
  * A delta's chain: its base is the checkpoint the header names, in the same
@@ -393,6 +393,8 @@ static int open_base(dvar_reader *r, size_t depth)
 	char *parent = dvar_path_parent(r->dir), *dir = parent ? dvar_path_join(parent, link->name) : NULL;
 	dvar_header h;
 	uint32_t crc = 0;
+	char *bytes = NULL;
+	size_t len = 0;
 	int rc;
 	free(parent);
 	if (!dir)
@@ -401,7 +403,7 @@ static int open_base(dvar_reader *r, size_t depth)
 		rc = dvar_error_set(DVAR_ENOTFOUND, "it is a delta over '%s', which is missing", dir);
 		goto done;
 	}
-	if ((rc = dvar_link_peek(dir, &h, &crc))) {
+	if ((rc = dvar_link_read(dir, &h, &crc, &bytes, &len))) {
 		dvar_error_prefix("it is a delta over '%s', which is damaged", dir);
 		goto done;
 	}
@@ -418,7 +420,10 @@ static int open_base(dvar_reader *r, size_t depth)
 	/* Progress is the delta's reader's to report, over everything it reads. */
 	dvar_read_options quiet = r->opts;
 	quiet.progress = NULL;
-	if ((rc = open_reader(&r->base, dir, &quiet, r->pool, depth + 1)))
+	/* From the bytes just checked: the index is read once. */
+	rc = open_reader(&r->base, dir, &quiet, r->pool, depth + 1, bytes, len);
+	bytes = NULL;
+	if (rc)
 		goto done;
 	for (size_t i = 0; i < r->num_vars && !rc; i++) {
 		dvar_var_entry *v = &r->vars[i];
@@ -434,6 +439,7 @@ static int open_base(dvar_reader *r, size_t depth)
 			                    "it with another dtype or shape", v->name, dir);
 	}
 done:
+	free(bytes);
 	free(dir);
 	return rc;
 }
@@ -446,20 +452,23 @@ int dvar_reader_open(dvar_reader **out, const char *path, const dvar_read_option
 	dvar_read_options o;
 	if (dvar_read_options_take(&o, opts))
 		return DVAR_EINVAL;
-	return open_reader(out, path, &o, NULL, 0);
+	return open_reader(out, path, &o, NULL, 0, NULL, 0);
 }
 
 /* A reader of path with opts (this library's version); pool: the delta's
- * whose link it is (depth below it), or NULL for its own. */
+ * whose link it is (depth below it), or NULL for its own; index_bytes: its
+ * index, already read (taken and freed), or NULL to read it. */
 static int open_reader(dvar_reader **out, const char *path, const dvar_read_options *opts,
-                       dvar_pool *pool, size_t depth)
+                       dvar_pool *pool, size_t depth, char *index_bytes, size_t index_len)
 {
 	dvar_reader *r = calloc(1, sizeof(*r));
 	scan_state st = { r, 0, NULL, 0, 0, NULL, 0, 0, 0 };
 	char *index = NULL;
 	int rc;
-	if (!r)
+	if (!r) {
+		free(index_bytes);
 		return dvar_error_set(DVAR_ENOMEM, "out of memory");
+	}
 	r->opts = *opts;
 	r->owner = pthread_self();
 	r->buffered_width = r->opts.threads > 0 ? 0 : dvar_cpus();
@@ -469,6 +478,7 @@ static int open_reader(dvar_reader **out, const char *path, const dvar_read_opti
 		pthread_mutex_destroy(&r->runs_lock);
 		pthread_mutex_destroy(&r->direct_lock);
 		free(r);
+		free(index_bytes);
 		return dvar_error_set(DVAR_ENOMEM, "out of memory");
 	}
 	/* A TensorFlow checkpoint: a prefix, or a directory whose state file names one. */
@@ -489,7 +499,9 @@ static int open_reader(dvar_reader **out, const char *path, const dvar_read_opti
 		rc = dvar_error_set(DVAR_ENOMEM, "out of memory");
 		goto fail;
 	}
-	if ((rc = dvar_index_scan(index, visit, &st)))
+	if (!index_bytes && (rc = dvar_fs_read_file(index, &index_bytes, &index_len, DVAR_INDEX_MAX)))
+		goto fail;
+	if ((rc = dvar_index_scan_bytes(index, index_bytes, index_len, visit, &st)))
 		goto fail;
 	if (!st.have_header) {
 		rc = dvar_error_set(DVAR_ECORRUPT, "index is empty: not a dvar checkpoint");
@@ -527,6 +539,7 @@ fail:
 		dvar_piece_clear(&st.pieces[k].piece);
 	}
 	free(st.pieces);
+	free(index_bytes);
 	if (rc) {
 		if (r->dir)
 			dvar_error_prefix("%scheckpoint '%s'", r->is_tf ? "TensorFlow " : "", r->dir);
