@@ -212,7 +212,11 @@ class Checkpoint(Mapping[str, "Tensor"]):
             pass
 
     def __repr__(self) -> str:
-        state = "closed" if self.closed else "%d variables" % len(self._names)
+        if self.closed:
+            state = "closed"
+        else:
+            n = len(self._names)
+            state = "%d variable%s" % (n, "" if n == 1 else "s")
         return "<dvar.Checkpoint %r (%s)>" % (self.path, state)
 
     def _handle(self) -> c_void_p:

@@ -39,6 +39,8 @@ def test_exists(tmp_path):
     assert e.value.code == dvar.EEXISTS and isinstance(e.value, FileExistsError)
     with pytest.raises(dvar.ExistsError):
         dvar.export(fixture_path("v1"), p, progress=False)
+    with dvar.open(p) as ck:
+        assert repr(ck) == "<dvar.Checkpoint %r (1 variable)>" % p
 
 
 def test_invalid_argument(tmp_path):
