@@ -374,7 +374,17 @@ int cmd_ls(int argc, char **argv)
 	} else if (l.n) {
 		printf("%8s  %-20s  %10s  %s\n", "STEP", "NAME", "SIZE", "MARKS");
 	} else {
-		fprintf(stderr, "dvar ls: no checkpoints under '%s'\n", root);
+		/* A checkpoint given for its root: say where its checkpoints are listed. */
+		dvar_reader *r = NULL;
+		if (dvar_reader_open(&r, root, NULL) == DVAR_OK)
+			fprintf(stderr,
+			        "dvar ls: '%s' is a checkpoint, not a checkpoint root (a directory "
+			        "of checkpoints); 'dvar inspect %s' lists its variables\n",
+			        root, root);
+		else
+			fprintf(stderr, "dvar ls: no checkpoints under '%s'\n", root);
+		dvar_reader_free(r);
+		dvar_error_clear();
 	}
 	for (size_t i = 0; i < l.n; i++) {
 		const entry *e = &l.v[i];

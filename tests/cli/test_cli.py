@@ -1357,6 +1357,14 @@ class LsTest(CliCase):
         self.assertTrue(err.startswith("dvar ls: "), err)
         self.assertIn("nope", err)
 
+    def test_checkpoint_for_root(self):
+        ck = self.path("ck")
+        self.import_arrays(ck, {"w": np.zeros(3)})
+        out, err = self.dvar("ls", ck)
+        self.assertEqual(out, "")
+        self.assertEqual(err, "dvar ls: '%s' is a checkpoint, not a checkpoint root (a directory "
+                         "of checkpoints); 'dvar inspect %s' lists its variables\n" % (ck, ck))
+
     def test_leftovers(self):
         # What writers left behind (docs/FORMAT.md, "Temporary names"): listed with
         # size and writer; the next writer removes only those whose writer is gone.
