@@ -29,7 +29,8 @@ DVAR_BEGIN_DECL
  */
 int dvar_error_set(int code, const char *fmt, ...) DVAR_PRINTF(2, 3);
 
-/** Like dvar_error_set with errno's text appended: "open 'x': No such file". */
+/** Like dvar_error_set with errno's text appended: "open 'x': No such file".
+ *  A call that failed for want of memory (ENOMEM) is DVAR_ENOMEM whatever code says. */
 int dvar_error_set_errno(int code, int errnum, const char *fmt, ...) DVAR_PRINTF(3, 4);
 
 /**

@@ -2,6 +2,7 @@
  * core/error.c - the thread-local error record behind dvar_error_last(), the
  * helpers that fill it, and the static names of the status codes.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -103,8 +104,8 @@ int dvar_error_set_errno(int code, int errnum, const char *fmt, ...)
 	append(text, ": ");
 	append(text, why);
 	memcpy(err_message, text, sizeof text);
-	err_code = code;
-	return code;
+	err_code = errnum == ENOMEM ? DVAR_ENOMEM : code;
+	return err_code;
 }
 
 int dvar_error_prefix(const char *fmt, ...)

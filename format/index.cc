@@ -23,6 +23,7 @@ struct dvar_index_builder {
 	leveldb::Options options;
 	std::unique_ptr<leveldb::TableBuilder> table;
 	bool closed = false; /* Finish or Abandon was called */
+	bool broken = false; /* a call threw: the table is in no known state */
 };
 
 static int index_error(int code, const char *op, const std::string &path, const leveldb::Status &s)
@@ -30,57 +31,89 @@ static int index_error(int code, const char *op, const std::string &path, const 
 	return dvar_error_set(code, "index '%s': %s: %s", path.c_str(), op, s.ToString().c_str());
 }
 
+/* body() behind the C interface: LevelDB and the standard library say they
+ * ran out of memory by throwing, and no exception may leave this file. A
+ * builder whose call threw is broken: later calls fail. */
+template <typename Body> static int guarded(const char *path, bool *broken, Body body)
+{
+	try {
+		if (broken && *broken)
+			return dvar_error_set(DVAR_EIO, "index '%s': an earlier call failed", path);
+		return body();
+	} catch (const std::bad_alloc &) {
+		if (broken)
+			*broken = true;
+		return dvar_error_set(DVAR_ENOMEM, "index '%s': out of memory", path);
+	} catch (const std::exception &e) {
+		if (broken)
+			*broken = true;
+		return dvar_error_set(DVAR_ERROR, "index '%s': %s", path, e.what());
+	}
+}
+
 extern "C" int dvar_index_builder_open(dvar_index_builder **out, const char *path)
 {
 	*out = nullptr;
-	dvar_index_builder *b = new (std::nothrow) dvar_index_builder();
-	if (!b)
-		return dvar_error_set(DVAR_ENOMEM, "index '%s': out of memory", path);
-	b->path = path;
-	leveldb::WritableFile *f = nullptr;
-	leveldb::Status s = leveldb::Env::Default()->NewWritableFile(path, &f);
-	if (!s.ok()) {
-		delete b;
-		return index_error(DVAR_EIO, "create", path, s);
-	}
-	b->file.reset(f);
-	/* Uncompressed 256 KiB blocks, restarts every 16 keys (LevelDB's
-	 * default): TensorFlow's TableBuilderOptions for its bundles. */
-	b->options.compression = leveldb::kNoCompression;
-	b->options.block_size = DVAR_INDEX_BLOCK_SIZE;
-	b->table.reset(new leveldb::TableBuilder(b->options, f));
-	*out = b;
-	return DVAR_OK;
+	std::unique_ptr<dvar_index_builder> b;
+	return guarded(path, nullptr, [&] {
+		b.reset(new dvar_index_builder());
+		b->path = path;
+		leveldb::WritableFile *f = nullptr;
+		leveldb::Status s = leveldb::Env::Default()->NewWritableFile(path, &f);
+		if (!s.ok())
+			return index_error(DVAR_EIO, "create", path, s);
+		b->file.reset(f);
+		/* Uncompressed 256 KiB blocks, restarts every 16 keys (LevelDB's
+		 * default): TensorFlow's TableBuilderOptions for its bundles. */
+		b->options.compression = leveldb::kNoCompression;
+		b->options.block_size = DVAR_INDEX_BLOCK_SIZE;
+		b->table.reset(new leveldb::TableBuilder(b->options, f));
+		*out = b.release();
+		return (int)DVAR_OK;
+	});
 }
 
 extern "C" int dvar_index_builder_add(dvar_index_builder *b, const void *key, size_t klen,
                                       const void *val, size_t vlen)
 {
-	b->table->Add(leveldb::Slice((const char *)key, klen), leveldb::Slice((const char *)val, vlen));
-	if (!b->table->status().ok())
-		return index_error(DVAR_EIO, "add", b->path, b->table->status());
-	return DVAR_OK;
+	return guarded(b->path.c_str(), &b->broken, [&] {
+		b->table->Add(leveldb::Slice((const char *)key, klen),
+		              leveldb::Slice((const char *)val, vlen));
+		if (!b->table->status().ok())
+			return index_error(DVAR_EIO, "add", b->path, b->table->status());
+		return (int)DVAR_OK;
+	});
 }
 
 extern "C" int dvar_index_builder_flush(dvar_index_builder *b)
 {
-	b->table->Flush();
-	if (!b->table->status().ok())
-		return index_error(DVAR_EIO, "flush", b->path, b->table->status());
-	return DVAR_OK;
+	return guarded(b->path.c_str(), &b->broken, [&] {
+		b->table->Flush();
+		if (!b->table->status().ok())
+			return index_error(DVAR_EIO, "flush", b->path, b->table->status());
+		return (int)DVAR_OK;
+	});
 }
 
 extern "C" int dvar_index_builder_finish(dvar_index_builder *b, int sync)
 {
-	leveldb::Status s = b->table->Finish();
-	b->closed = true;
-	if (!s.ok())
-		return index_error(DVAR_EIO, "finish", b->path, s);
-	if (sync && !(s = b->file->Sync()).ok())
-		return index_error(DVAR_EIO, "fsync", b->path, s);
-	if (!(s = b->file->Close()).ok())
-		return index_error(DVAR_EIO, "close", b->path, s);
-	return DVAR_OK;
+	return guarded(b->path.c_str(), &b->broken, [&] {
+		/* Finish flushes the last block, then marks the table closed and
+		 * allocates more. Flushed first, a throw inside Finish comes after
+		 * that mark: Abandon, which asserts it unset, must not follow. */
+		b->table->Flush();
+		if (!b->table->status().ok())
+			return index_error(DVAR_EIO, "finish", b->path, b->table->status());
+		b->closed = true;
+		leveldb::Status s = b->table->Finish();
+		if (!s.ok())
+			return index_error(DVAR_EIO, "finish", b->path, s);
+		if (sync && !(s = b->file->Sync()).ok())
+			return index_error(DVAR_EIO, "fsync", b->path, s);
+		if (!(s = b->file->Close()).ok())
+			return index_error(DVAR_EIO, "close", b->path, s);
+		return (int)DVAR_OK;
+	});
 }
 
 extern "C" void dvar_index_builder_free(dvar_index_builder *b)
@@ -126,26 +159,28 @@ extern "C" int dvar_index_scan_bytes(const char *path, const void *bytes, size_t
 		return dvar_error_set(DVAR_ECORRUPT, "index '%s' is %zu bytes, too short to be a table",
 		                      path, len);
 	BytesFile file((const char *)bytes, len);
-	leveldb::Options options;
-	options.paranoid_checks = true;
-	leveldb::Table *table = nullptr;
-	leveldb::Status s = leveldb::Table::Open(options, &file, len, &table);
-	if (!s.ok())
-		return index_error(DVAR_ECORRUPT, "not a readable table", path, s);
-	std::unique_ptr<leveldb::Table> owner(table);
+	return guarded(path, nullptr, [&] {
+		leveldb::Options options;
+		options.paranoid_checks = true;
+		leveldb::Table *table = nullptr;
+		leveldb::Status s = leveldb::Table::Open(options, &file, len, &table);
+		if (!s.ok())
+			return index_error(DVAR_ECORRUPT, "not a readable table", path, s);
+		std::unique_ptr<leveldb::Table> owner(table);
 
-	leveldb::ReadOptions ro;
-	ro.verify_checksums = true;
-	ro.fill_cache = false;
-	std::unique_ptr<leveldb::Iterator> it(table->NewIterator(ro));
-	int rc = DVAR_OK;
-	for (it->SeekToFirst(); it->Valid() && rc == DVAR_OK; it->Next()) {
-		leveldb::Slice k = it->key(), v = it->value();
-		rc = fn(ud, k.data(), k.size(), v.data(), v.size());
-	}
-	if (rc == DVAR_OK && !it->status().ok())
-		rc = index_error(DVAR_ECORRUPT, "read", path, it->status());
-	return rc;
+		leveldb::ReadOptions ro;
+		ro.verify_checksums = true;
+		ro.fill_cache = false;
+		std::unique_ptr<leveldb::Iterator> it(table->NewIterator(ro));
+		int rc = DVAR_OK;
+		for (it->SeekToFirst(); it->Valid() && rc == DVAR_OK; it->Next()) {
+			leveldb::Slice k = it->key(), v = it->value();
+			rc = fn(ud, k.data(), k.size(), v.data(), v.size());
+		}
+		if (rc == DVAR_OK && !it->status().ok())
+			rc = index_error(DVAR_ECORRUPT, "read", path, it->status());
+		return rc;
+	});
 }
 
 extern "C" int dvar_index_scan(const char *path, dvar_index_visit_fn fn, void *ud)

@@ -228,8 +228,9 @@ static int check_files(const dvar_writer *w, const dvar_part *parts)
  * were checked with their parts). */
 static int v_check_pieces(const dvar_var_entry *v)
 {
-	if (dvar_var_check(v, DVAR_MAX_PARTS, "the parts' entries") == DVAR_OK)
-		return DVAR_OK;
+	int rc = dvar_var_check(v, DVAR_MAX_PARTS, "the parts' entries");
+	if (rc != DVAR_ECORRUPT)
+		return rc; /* fine, or out of memory */
 	return dvar_error_set(DVAR_ESHAPE, "%s", dvar_error_last()->message);
 }
 

@@ -220,6 +220,7 @@ static int plan(exporter *e, uint64_t *total)
 	*total = 0;
 	if (!used || !e->items) {
 		free(used);
+		e->n = 0; /* nothing for the caller to clean up */
 		return dvar_error_set(DVAR_ENOMEM, "out of memory");
 	}
 	for (size_t i = 0; rc == DVAR_OK && i < e->n; i++) {
