@@ -8,8 +8,10 @@
 # every fault kind (EIO, ENOSPC, EDQUOT, a short write or read, a crash,
 # EINTR, a partial write), and of each reading one (every way of reading a checkpoint, and a
 # restore) with EIO, a short read and EINTR, each followed by the checks of
-# tests/fault/fault_driver.c. The test command
-# runs a sample of each (ctest -L fault); this runs them all. Builds in
+# tests/fault/fault_driver.c; then every allocation of each one-process
+# operation, failed in turn (out of memory). The test command (ctest -L
+# fault) runs a sample of the first, and the second but for a sample of
+# read's; this runs them all. Builds in
 # build-faults/; MPIEXEC (default mpirun) runs the two-worker jobs.
 #
 #   bash scripts/faults.sh [OP ...]
@@ -30,6 +32,11 @@ status=0
 for op in "${ops[@]}"; do
 	LD_PRELOAD=$PWD/build-faults/tests/fault/libdvar_fault.so \
 		build-faults/tests/fault/fault_driver "$op" "$work/$op" --mpiexec "${MPIEXEC:-mpirun}" |
+		grep -v '^  (' || status=1
+	# Every allocation, where the operation runs in one process.
+	case $op in w2-*) continue ;; esac
+	LD_PRELOAD=$PWD/build-faults/tests/fault/libdvar_fault.so \
+		build-faults/tests/fault/fault_driver "$op" "$work/alloc-$op" --alloc 1 |
 		grep -v '^  (' || status=1
 done
 exit "$status"

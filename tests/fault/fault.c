@@ -11,7 +11,12 @@
  * after some bytes moved), interrupted (EINTR before any byte moved, as a
  * signal does), or by ending the process right there (_exit, as a crash).
  * Short and interrupted apply to reads and writes only, partial to writes
- * only; a kind that does not apply to the call leaves it alone (no fault). With a scope
+ * only; a kind that does not apply to the call leaves it alone (no fault).
+ * Out of memory (ENOMEM) counts the allocations instead (malloc, calloc,
+ * realloc, the aligned ones; glibc's own allocations, and C++'s new, come
+ * through them too) and makes allocation number `at` return NULL; the
+ * blocks allocated while armed and not freed by the disarm are counted,
+ * with where each was allocated, for the driver to find leaks. With a scope
  * (dvar_fault_scope), only calls on paths under it, and on descriptors
  * opened there, are counted and failed: a program's other files (OpenMPI's
  * shared memory, its pipes) are never touched, and the count does not
@@ -20,19 +25,31 @@
  * Test-only: never linked into libdvar.
  */
 #include <dlfcn.h>
+#include <execinfo.h>
 #include <limits.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
-enum { FAULT_EIO, FAULT_ENOSPC, FAULT_EDQUOT, FAULT_SHORT, FAULT_CRASH, FAULT_EINTR, FAULT_PARTIAL };
+enum {
+	FAULT_EIO,
+	FAULT_ENOSPC,
+	FAULT_EDQUOT,
+	FAULT_SHORT,
+	FAULT_CRASH,
+	FAULT_EINTR,
+	FAULT_PARTIAL,
+	FAULT_ENOMEM
+};
 
 static atomic_int armed;
 static atomic_long calls;
@@ -67,6 +84,222 @@ const char *dvar_fault_log(long n)
 	return n >= 1 && n <= atomic_load(&calls) && n <= MAX_LOG ? call_log[n - 1] : NULL;
 }
 
+/* ---------------------------------------------------------------- allocations */
+
+void *__libc_malloc(size_t n);
+void *__libc_calloc(size_t k, size_t n);
+void *__libc_realloc(void *p, size_t n);
+void __libc_free(void *p);
+void *__libc_memalign(size_t align, size_t n);
+
+/* The blocks allocated while armed and not yet freed: an open-addressing
+ * set of pointers (TOMB: a freed slot), each with where it was allocated. */
+#define LIVE_SLOTS (1u << 18)
+#define TOMB ((void *)1)
+static void *live_p[LIVE_SLOTS];
+static void *live_at[LIVE_SLOTS];
+static atomic_long live_n;
+static int live_full; /* the set overflowed: no leak can be told */
+static atomic_flag live_lock = ATOMIC_FLAG_INIT;
+static __thread int alloc_paused; /* the driver's own, or the shim's */
+
+/* Where the failed allocation was made: shared with the parent of a
+ * child that dies of it (mapped before any fork). */
+#define FRAMES 24
+struct failed_alloc {
+	int depth;
+	void *frames[FRAMES];
+};
+static struct failed_alloc *failed;
+
+__attribute__((constructor)) static void alloc_init(void)
+{
+	void *f[2];
+	failed = mmap(NULL, sizeof *failed, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (failed == MAP_FAILED)
+		failed = NULL;
+	alloc_paused++;
+	backtrace(f, 2); /* loads the unwinder now, not inside a failing malloc */
+	alloc_paused--;
+}
+
+static size_t slot_of(const void *p)
+{
+	return (size_t)(((uintptr_t)p >> 4) * 0x9E3779B97F4A7C15ull >> 46) & (LIVE_SLOTS - 1);
+}
+
+static void lock(void)
+{
+	while (atomic_flag_test_and_set_explicit(&live_lock, memory_order_acquire))
+		;
+}
+
+static void unlock(void)
+{
+	atomic_flag_clear_explicit(&live_lock, memory_order_release);
+}
+
+static void live_clear(void)
+{
+	lock();
+	memset(live_p, 0, sizeof live_p);
+	live_n = 0;
+	live_full = 0;
+	if (failed)
+		failed->depth = 0;
+	unlock();
+}
+
+static void live_add(void *p, void *at)
+{
+	lock();
+	if (live_n >= (long)(LIVE_SLOTS / 4 * 3)) {
+		live_full = 1;
+	} else {
+		size_t i = slot_of(p);
+		while (live_p[i] && live_p[i] != TOMB)
+			i = (i + 1) & (LIVE_SLOTS - 1);
+		live_p[i] = p;
+		live_at[i] = at;
+		live_n++;
+	}
+	unlock();
+}
+
+/* 1 when p was allocated while armed (it is then forgotten). */
+static int live_remove(void *p)
+{
+	int found = 0;
+	lock();
+	for (size_t i = slot_of(p); live_p[i]; i = (i + 1) & (LIVE_SLOTS - 1))
+		if (live_p[i] == p) {
+			live_p[i] = TOMB;
+			live_n--;
+			found = 1;
+			break;
+		}
+	unlock();
+	return found;
+}
+
+/* An allocation: 1 when it must fail (armed for ENOMEM, and its turn). */
+static int alloc_fails(void)
+{
+	if (!atomic_load(&armed) || kind != FAULT_ENOMEM || alloc_paused)
+		return 0;
+	long n = atomic_fetch_add(&calls, 1) + 1;
+	if (fail_at == 0 || n != fail_at)
+		return 0;
+	atomic_store(&hit, 1);
+	snprintf(hit_what, sizeof hit_what, "malloc");
+	if (failed) {
+		alloc_paused++;
+		failed->depth = backtrace(failed->frames, FRAMES);
+		alloc_paused--;
+	}
+	errno = ENOMEM;
+	return 1;
+}
+
+/* A block just allocated at the caller's address: tracked while armed. */
+static void *allocated(void *p, void *at)
+{
+	if (p && atomic_load(&armed) && kind == FAULT_ENOMEM && !alloc_paused)
+		live_add(p, at);
+	return p;
+}
+
+void *malloc(size_t n)
+{
+	return alloc_fails() ? NULL : allocated(__libc_malloc(n), __builtin_return_address(0));
+}
+
+void *calloc(size_t k, size_t n)
+{
+	return alloc_fails() ? NULL : allocated(__libc_calloc(k, n), __builtin_return_address(0));
+}
+
+void free(void *p)
+{
+	if (p && live_n)
+		live_remove(p);
+	__libc_free(p);
+}
+
+void *realloc(void *p, size_t n)
+{
+	if (!p)
+		return malloc(n);
+	if (n == 0) {
+		free(p);
+		return NULL;
+	}
+	if (alloc_fails())
+		return NULL;
+	/* A block allocated before arming and grown while armed is not new. */
+	int was_live = live_n && live_remove(p);
+	void *q = __libc_realloc(p, n);
+	if (!q) {
+		if (was_live)
+			live_add(p, __builtin_return_address(0));
+		return NULL;
+	}
+	if (was_live)
+		live_add(q, __builtin_return_address(0));
+	return q;
+}
+
+void *memalign(size_t align, size_t n)
+{
+	return alloc_fails() ? NULL : allocated(__libc_memalign(align, n), __builtin_return_address(0));
+}
+
+void *aligned_alloc(size_t align, size_t n)
+{
+	return memalign(align, n);
+}
+
+int posix_memalign(void **out, size_t align, size_t n)
+{
+	if (align % sizeof(void *) != 0 || (align & (align - 1)) != 0)
+		return EINVAL;
+	if (alloc_fails())
+		return ENOMEM;
+	void *p = allocated(__libc_memalign(align, n), __builtin_return_address(0));
+	if (!p)
+		return ENOMEM;
+	*out = p;
+	return 0;
+}
+
+/* The driver's own allocations (on/off, nesting): never failed nor tracked. */
+void dvar_fault_pause(int on)
+{
+	alloc_paused += on ? 1 : -1;
+}
+
+/* After a disarm: how many blocks allocated while armed are still live
+ * (-1: too many to track), and where the k-th of them was allocated. */
+long dvar_fault_live(void)
+{
+	return live_full ? -1 : live_n;
+}
+
+void *dvar_fault_live_at(long k)
+{
+	for (size_t i = 0; i < LIVE_SLOTS; i++)
+		if (live_p[i] && live_p[i] != TOMB && k-- == 0)
+			return live_at[i];
+	return NULL;
+}
+
+/* Where the failed allocation of the last trial was made: its frames. */
+int dvar_fault_failed_frames(void ***frames)
+{
+	*frames = failed ? failed->frames : NULL;
+	return failed ? failed->depth : 0;
+}
+
 /* Arm (at >= 1: fail that call; 0 or -1: count), or disarm (on = 0). */
 void dvar_fault_arm(int on, long at, int fault_kind)
 {
@@ -80,6 +313,7 @@ void dvar_fault_arm(int on, long at, int fault_kind)
 	atomic_store(&disk_full, 0);
 	fail_at = at;
 	kind = fault_kind;
+	live_clear();
 	atomic_store(&armed, 1);
 }
 
@@ -172,7 +406,7 @@ enum { OTHER, WRITES, READS };
 static int decide(const char *what, const char *path, int family)
 {
 	long n;
-	if (!atomic_load(&armed))
+	if (!atomic_load(&armed) || kind == FAULT_ENOMEM)
 		return 0;
 	if (family == WRITES && atomic_load(&disk_full)) {
 		errno = ENOSPC;

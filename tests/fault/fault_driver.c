@@ -3,7 +3,7 @@
  * one at a time. Run with the shim preloaded (LD_PRELOAD=libdvar_fault.so,
  * tests/fault/fault.c):
  *
- *   fault_driver OP WORK [--sample N] [--seed S] [--mpiexec MPIRUN]
+ *   fault_driver OP WORK [--sample N] [--seed S] [--mpiexec MPIRUN] [--alloc 1]
  *
  * OP is save (a save with retention), delta (a delta save over the root's
  * latest), async (dvar_save_async, then dvar_save_wait), import, reshard,
@@ -34,6 +34,13 @@
  * source's digests); and the same operation, run again unarmed, succeeds
  * and leaves no temporary file of the dead child behind. Prints the calls,
  * trials and failures per kind.
+ *
+ * With --alloc 1 (a one-process OP) the allocations are counted and failed
+ * in turn instead (out of memory): the process must live on, and the
+ * operation succeed, or fail with a message; its output is then checked as
+ * above, and every block it allocated must be freed (but for what the
+ * unarmed run keeps, and what LevelDB, which is not exception-safe, had
+ * allocated before its own allocation failed).
  *
  * With two workers the shim counts only calls under WORK/root (OpenMPI's
  * own files are left alone), and the trials run in one job
@@ -68,16 +75,33 @@ static long (*dvar_fault_calls)(void);
 static int (*dvar_fault_hit)(const char **what);
 static void (*dvar_fault_scope)(const char *prefix);
 static const char *(*dvar_fault_log)(long n);
+static void (*dvar_fault_pause)(int on);
+static long (*dvar_fault_live)(void);
+static void *(*dvar_fault_live_at)(long k);
+static int (*dvar_fault_failed_frames)(void ***frames);
 
-enum { FAULT_EIO, FAULT_ENOSPC, FAULT_EDQUOT, FAULT_SHORT, FAULT_CRASH, FAULT_EINTR, FAULT_PARTIAL,
-       NKINDS };
-static const char *const kind_names[NKINDS] = { "EIO",   "ENOSPC", "EDQUOT", "short",
-	                                        "crash", "EINTR",  "partial" };
+enum {
+	FAULT_EIO,
+	FAULT_ENOSPC,
+	FAULT_EDQUOT,
+	FAULT_SHORT,
+	FAULT_CRASH,
+	FAULT_EINTR,
+	FAULT_PARTIAL,
+	FAULT_ENOMEM,
+	NKINDS
+};
+static const char *const kind_names[NKINDS] = { "EIO",   "ENOSPC", "EDQUOT",  "short",
+	                                            "crash", "EINTR",  "partial", "ENOMEM" };
 /* The kinds tried: every one for an operation that writes; a read can
  * only fail (EIO), come back short or be interrupted. */
 static const int write_kinds[] = { FAULT_EIO,   FAULT_ENOSPC, FAULT_EDQUOT, FAULT_SHORT,
 	                           FAULT_CRASH, FAULT_EINTR,  FAULT_PARTIAL };
 static const int read_kinds[] = { FAULT_EIO, FAULT_SHORT, FAULT_EINTR };
+/* --alloc: allocations fail instead, one at a time. */
+static const int alloc_kinds[] = { FAULT_ENOMEM };
+static int alloc_mode;
+static long base_live; /* blocks the unarmed run keeps (a strategy's state) */
 static const int *kinds = write_kinds;
 static int nkinds = NKINDS;
 
@@ -461,7 +485,10 @@ static int read_path(const char *path)
 		dvar_reader_var(r, i, &info);
 		dvar_shape_num_elements(&info.shape, &elems);
 		size_t bytes = (size_t)elems * dvar_dtype_size(info.dtype);
-		if (!(bufs[i] = aligned_alloc(4096, (bytes + 16 + 4095) / 4096 * 4096)))
+		dvar_fault_pause(1);
+		bufs[i] = aligned_alloc(4096, (bytes + 16 + 4095) / 4096 * 4096);
+		dvar_fault_pause(0);
+		if (!bufs[i])
 			die("out of memory");
 		req[i] = (dvar_read_request){ i, NULL, bufs[i], bytes };
 		cool();
@@ -633,12 +660,16 @@ static int act(job *j, long at)
 }
 
 /* What a run reports: the call count, or the status and message. */
+#define LEAK_SITES 4
 typedef struct {
 	long calls;
 	int rc, hit;
 	char message[700];
 	char what[64];
 	char where[200]; /* the failed call and its path */
+	long live;       /* blocks allocated while armed and still live (--alloc) */
+	void *live_at[LEAK_SITES];
+	int died; /* --alloc: the child died, of signal or status */
 } report;
 
 /* The operation with the shim armed at call `at` (0: counting; -1: never)
@@ -653,6 +684,9 @@ static report run_armed(job *j, long at, int kind)
 	r.calls = dvar_fault_calls();
 	r.hit = dvar_fault_hit(&what);
 	dvar_fault_arm(0, 0, 0);
+	r.live = dvar_fault_live();
+	for (long k = 0; k < LEAK_SITES && k < r.live; k++)
+		r.live_at[k] = dvar_fault_live_at(k);
 	where = r.hit ? dvar_fault_log(at) : NULL;
 	snprintf(r.what, sizeof r.what, "%s", what);
 	snprintf(r.where, sizeof r.where, "%s", where ? where : what);
@@ -688,6 +722,12 @@ static report trial(long at, int kind, int *crashed)
 		*crashed = 1;
 	close(fds[0]);
 	waitpid(pid, &status, 0);
+	if (*crashed && alloc_mode && kind == FAULT_ENOMEM) {
+		/* Its report: it died (the files it left are checked as a crash's). */
+		r.died = status ? status : -1;
+		r.hit = 1;
+		return r;
+	}
 	if (*crashed && !(WIFEXITED(status) && WEXITSTATUS(status) == 77)) {
 		fprintf(stderr, "fault_driver: the child died unexpectedly (status %d)\n", status);
 		exit(2);
@@ -817,6 +857,93 @@ static int rides_out(int kind, const char *call)
 	       (kind == FAULT_SHORT && (strcmp(call, "read") == 0 || strcmp(call, "pread") == 0));
 }
 
+/* "function+offset (library)" of a code address. */
+static const char *symbol(const void *at)
+{
+	static char buf[4][300];
+	static int k;
+	Dl_info info;
+	char *b = buf[k++ % 4];
+	if (!at || !dladdr(at, &info) || !info.dli_fname)
+		snprintf(b, sizeof buf[0], "%p", at);
+	else if (info.dli_sname)
+		snprintf(b, sizeof buf[0], "%s+0x%lx (%s)", info.dli_sname,
+		         (unsigned long)((const char *)at - (const char *)info.dli_saddr),
+		         strrchr(info.dli_fname, '/') ? strrchr(info.dli_fname, '/') + 1 : info.dli_fname);
+	else
+		snprintf(b, sizeof buf[0], "%s+0x%lx", info.dli_fname,
+		         (unsigned long)((const char *)at - (const char *)info.dli_fbase));
+	return b;
+}
+
+/* Where the failed allocation was made: the frames below the shim's. */
+static void show_failed_frames(void)
+{
+	void **frames;
+	int depth = dvar_fault_failed_frames(&frames), shown = 0;
+	for (int i = 0; i < depth && shown < 6; i++) {
+		const char *s = symbol(frames[i]);
+		if (strstr(s, "libdvar_fault"))
+			continue;
+		printf("      %s\n", s);
+		shown++;
+	}
+}
+
+/* Whether the failed allocation was LevelDB's own (made inside it, below
+ * libdvar's call): LevelDB is not exception-safe, and what it allocated
+ * before a throw stays allocated. */
+static int failed_in_leveldb(void)
+{
+	void **frames;
+	int depth = dvar_fault_failed_frames(&frames);
+	for (int i = 0; i < depth; i++) {
+		const char *s = symbol(frames[i]);
+		if (strstr(s, "libleveldb"))
+			return 1;
+		if (strstr(s, "libdvar.so"))
+			return 0;
+	}
+	return 0;
+}
+
+/* An allocation that failed: the process lives on, a failure says what
+ * (out of memory, or what it could not do for want of it), and nothing
+ * allocated while armed stays allocated beyond what the unarmed run keeps
+ * (but for LevelDB's own). */
+static int check_alloc(const char *what, const report *r)
+{
+	int bad = 0;
+	if (r->died) {
+		printf("  %s: the process died (%s %d), the allocation failing in:\n", what,
+		       WIFSIGNALED(r->died) ? "signal" : "status",
+		       WIFSIGNALED(r->died) ? WTERMSIG(r->died) : WEXITSTATUS(r->died));
+		show_failed_frames();
+		return 1;
+	}
+	if (r->hit && r->rc != DVAR_OK && r->rc != WRONG && r->rc != UNREADABLE && !r->message[0]) {
+		printf("  %s: failed (status %d) without a message\n", what, r->rc);
+		bad++;
+	}
+	if (r->hit && r->rc != DVAR_OK && r->rc != DVAR_ENOMEM)
+		printf("  (%s: status %d: %s)\n", what, r->rc, r->message);
+	if ((r->live < 0 || r->live > base_live) && failed_in_leveldb()) {
+		printf("  (%s: %ld blocks allocated in LevelDB before its allocation failed stay "
+		       "allocated)\n",
+		       what, r->live - base_live);
+	} else if (r->live < 0 || r->live > base_live) {
+		printf("  %s: %ld blocks allocated during the operation are still allocated (%ld "
+		       "without the fault), from:\n",
+		       what, r->live, base_live);
+		for (int k = 0; k < LEAK_SITES && k < r->live; k++)
+			printf("      %s\n", symbol(r->live_at[k]));
+		printf("    the allocation failing in:\n");
+		show_failed_frames();
+		bad++;
+	}
+	return bad;
+}
+
 /* What a trial left: nothing, or the output whole; a read operation's
  * results, the same as unarmed or a failure naming a path. 0 when fine. */
 static int check_output(const report *r, int crashed, long at, int kind, const state *before)
@@ -825,6 +952,11 @@ static int check_output(const report *r, int crashed, long at, int kind, const s
 	int bad = 0;
 	snprintf(what, sizeof what, "%s, %s at call %ld (%s)", op, kind_names[kind], at,
 	         crashed ? "crash" : shown(r->where));
+	if (kind == FAULT_ENOMEM) {
+		snprintf(what, sizeof what, "%s, ENOMEM at allocation %ld", op, at);
+		bad += check_alloc(what, r);
+		crashed = r->died != 0;
+	}
 	if (!crashed && r->rc == WRONG) {
 		printf("  %s: %s\n", what, r->message);
 		return 1;
@@ -834,7 +966,8 @@ static int check_output(const report *r, int crashed, long at, int kind, const s
 		bad++;
 	}
 	/* A failure names where: the output, or the file the failing call was on. */
-	if (!crashed && r->hit && r->rc != DVAR_OK && !strchr(r->message, '/')) {
+	if (!crashed && r->hit && r->rc != DVAR_OK && kind != FAULT_ENOMEM &&
+	    !strchr(r->message, '/')) {
 		printf("  %s: the message names no path: %s\n", what, r->message);
 		bad++;
 	}
@@ -1377,7 +1510,8 @@ int main(int argc, char **argv)
 	report count;
 
 	if (argc < 3) {
-		fprintf(stderr, "usage: fault_driver OP WORK [--sample N] [--seed S] [--mpiexec MPIRUN]\n");
+		fprintf(stderr, "usage: fault_driver OP WORK [--sample N] [--seed S] [--mpiexec MPIRUN] "
+		                "[--alloc 1]\n");
 		return 2;
 	}
 	for (int i = 3; i + 1 < argc; i += 2) {
@@ -1387,6 +1521,8 @@ int main(int argc, char **argv)
 			seed = strtoul(argv[i + 1], NULL, 10);
 		else if (!strcmp(argv[i], "--mpiexec"))
 			mpiexec = argv[i + 1];
+		else if (!strcmp(argv[i], "--alloc"))
+			alloc_mode = atoi(argv[i + 1]);
 		else if (!strcmp(argv[i], "--job"))
 			job = atol(argv[i + 1]);
 		else if (!strcmp(argv[i], "--step"))
@@ -1397,8 +1533,13 @@ int main(int argc, char **argv)
 	dvar_fault_hit = (int (*)(const char **))dlsym(RTLD_DEFAULT, "dvar_fault_hit");
 	dvar_fault_scope = (void (*)(const char *))dlsym(RTLD_DEFAULT, "dvar_fault_scope");
 	dvar_fault_log = (const char *(*)(long))dlsym(RTLD_DEFAULT, "dvar_fault_log");
+	dvar_fault_pause = (void (*)(int))dlsym(RTLD_DEFAULT, "dvar_fault_pause");
+	dvar_fault_live = (long (*)(void))dlsym(RTLD_DEFAULT, "dvar_fault_live");
+	dvar_fault_live_at = (void *(*)(long))dlsym(RTLD_DEFAULT, "dvar_fault_live_at");
+	dvar_fault_failed_frames = (int (*)(void ***))dlsym(RTLD_DEFAULT, "dvar_fault_failed_frames");
 	if (!dvar_fault_arm || !dvar_fault_calls || !dvar_fault_hit || !dvar_fault_scope ||
-	    !dvar_fault_log) {
+	    !dvar_fault_log || !dvar_fault_pause || !dvar_fault_live || !dvar_fault_live_at ||
+	    !dvar_fault_failed_frames) {
 		fprintf(stderr, "fault_driver: run it with LD_PRELOAD=libdvar_fault.so\n");
 		return 2;
 	}
@@ -1406,6 +1547,14 @@ int main(int argc, char **argv)
 	if (!parse_op()) {
 		fprintf(stderr, "fault_driver: unknown operation '%s'\n", op);
 		return 2;
+	}
+	if (alloc_mode && workers > 1) {
+		fprintf(stderr, "fault_driver: --alloc 1 takes a one-process operation\n");
+		return 2;
+	}
+	if (alloc_mode) {
+		kinds = alloc_kinds;
+		nkinds = 1;
 	}
 	if (job == -2) {
 		/* A fresh work folder: an earlier run's is removed first. */
@@ -1437,11 +1586,12 @@ int main(int argc, char **argv)
 		self[n] = '\0';
 		return two_workers(sample, seed);
 	}
-	count = trial(0, 0, &crashed);
-	if (crashed || count.rc != DVAR_OK) {
+	count = trial(0, alloc_mode ? FAULT_ENOMEM : 0, &crashed);
+	if (crashed || count.died || count.rc != DVAR_OK) {
 		fprintf(stderr, "fault_driver: %s fails without a fault: %s\n", op, count.message);
 		return 2;
 	}
+	base_live = count.live;
 	/* The calls vary a little with the step names: a few more are tried. */
 	long n = count.calls + 2;
 	long total = n * nkinds;
@@ -1459,7 +1609,8 @@ int main(int argc, char **argv)
 		failures += check_output(&r, crashed, at, kind, &before);
 		failures += rerun_and_sweep(at, kind);
 	}
-	printf("%s: %ld file-system calls; trials:", op, count.calls);
+	printf("%s: %ld %s; trials:", op, count.calls,
+	       alloc_mode ? "allocations" : "file-system calls");
 	for (int k = 0; k < nkinds; k++)
 		printf(" %d %s", tried[kinds[k]], kind_names[kinds[k]]);
 	printf("; %d failures\n", failures);
