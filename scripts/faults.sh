@@ -20,7 +20,7 @@ cd "$(dirname "$0")/.."
 ops=("$@")
 if [ ${#ops[@]} -eq 0 ]; then
 	ops=(save delta async import reshard export-dvar export-safetensors export-tf export-npy
-		write read restore w2-rank1 w2-rank0 w2-commit w2-async-rank1 w2-async-rank0)
+		write read restore diff runtime w2-rank1 w2-rank0 w2-commit w2-async-rank1 w2-async-rank0)
 fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 cmake -S . -B build-faults -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDVAR_WITH_CUDA=OFF \

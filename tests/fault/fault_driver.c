@@ -11,7 +11,10 @@
  * in 1 MiB chunks, which go to the disk with O_DIRECT); read (every
  * checkpoint of the work folder read every way: cold into aligned and
  * unaligned buffers, mapped and verified, a range of rows, read_many,
- * verify, digests) or
+ * verify, digests), diff (dvar_diff of the source with its TensorFlow
+ * export and with the root's latest), runtime (a strategy of two replicas,
+ * a mirrored variable, a step of an all-reduce and an update: no file, for
+ * --alloc) or
  * restore (the root's latest, a delta, onto two replicas); or a save of
  * two workers (W = 2, under MPIRUN -np 2) with the fault in one of them:
  * w2-rank1 (worker 1, every call), w2-rank0 (the chief, its calls before
@@ -161,7 +164,8 @@ static int parse_op(void)
 {
 	static const char *const known[] = { "save", "delta", "async", "import", "reshard",
 		                             "export-dvar", "export-safetensors", "export-tf",
-		                             "export-npy", "write", "read", "restore" };
+		                             "export-npy", "write", "read", "restore", "diff",
+		                             "runtime" };
 	static const struct {
 		const char *name;
 		int async, target, phase;
@@ -170,7 +174,8 @@ static int parse_op(void)
 		    { "w2-async-rank0", 1, 0, CALLS_ALL } };
 
 	async_save = strcmp(op, "async") == 0;
-	if ((reads = strcmp(op, "read") == 0 || strcmp(op, "restore") == 0)) {
+	if ((reads = strcmp(op, "read") == 0 || strcmp(op, "restore") == 0 ||
+	             strcmp(op, "diff") == 0 || strcmp(op, "runtime") == 0)) {
 		kinds = read_kinds;
 		nkinds = (int)(sizeof read_kinds / sizeof *read_kinds);
 	}
@@ -434,7 +439,7 @@ static int match(const void *p, size_t n, const char *what, const char *name, co
 		cur++;
 		return DVAR_OK;
 	}
-	snprintf(wrong, sizeof wrong, "%s of '%s' in %s", what, name, path);
+	snprintf(wrong, sizeof wrong, "%s of '%s' in %.400s", what, name, path);
 	return WRONG;
 }
 
@@ -557,6 +562,91 @@ static int read_all(void)
 	return rc;
 }
 
+/* What dvar_diff reports of a against b, the same as unarmed. */
+static int diff_pair(const char *a, const char *b)
+{
+	dvar_diff_report *rep = NULL;
+	int rc = dvar_diff(&rep, a, b, NULL);
+	if (rc == DVAR_OK) {
+		size_t head[4] = { (size_t)dvar_diff_report_identical(rep),
+			           dvar_diff_report_num_vars(rep),
+			           dvar_diff_report_num_only_in(rep, DVAR_DIFF_A),
+			           dvar_diff_report_num_only_in(rep, DVAR_DIFF_B) };
+		rc = match(head, sizeof head, "what differs", "every variable", a);
+	}
+	for (size_t i = 0; rc == DVAR_OK && i < dvar_diff_report_num_vars(rep); i++) {
+		dvar_var_diff d;
+		double got[5];
+		dvar_diff_report_var(rep, i, &d);
+		got[0] = d.status;
+		got[1] = (double)d.num_elements;
+		got[2] = (double)d.num_different;
+		got[3] = d.max_abs_diff;
+		got[4] = d.has_first ? (double)d.first_index : -1;
+		rc = match(got, sizeof got, "a comparison", d.name, a);
+	}
+	dvar_diff_report_free(rep);
+	return rc;
+}
+
+/* The diff operation: the source against its TensorFlow export (the same
+ * values) and against the root's latest (other variables). */
+static int diff_all(void)
+{
+	int rc;
+	cur = 0;
+	if ((rc = diff_pair(src, tf)) == DVAR_OK)
+		rc = diff_pair(src, root);
+	return rc;
+}
+
+/* A step of the runtime op's replicas: their gradients all-reduced, and
+ * the sum added to the mirrored variable (aggregation SUM: summed again). */
+static int runtime_step(dvar_replica *ctx, void *arg)
+{
+	static float grad[2][COLS], sum[2][COLS];
+	int local = dvar_replica_local_id(ctx), rc;
+	for (int c = 0; c < COLS; c++)
+		grad[local][c] = (float)(local + 1) * (float)c;
+	if ((rc = dvar_replica_all_reduce(ctx, DVAR_REDUCE_SUM, DVAR_FLOAT32, grad[local], sum[local],
+	                                  COLS)) != DVAR_OK)
+		return rc;
+	static float delta[2][ROWS * COLS];
+	for (int i = 0; i < ROWS * COLS; i++)
+		delta[local][i] = sum[local][i % COLS];
+	return dvar_variable_assign_add(arg, ctx, delta[local]);
+}
+
+/* The runtime operation, all of it under the fault: a strategy of two
+ * replicas, a mirrored variable, a step, both replicas' values read. */
+static int runtime_all(void)
+{
+	dvar_strategy_options so = DVAR_STRATEGY_OPTIONS_INIT;
+	dvar_variable_spec spec = DVAR_VARIABLE_SPEC_INIT;
+	static float init[ROWS * COLS], got[ROWS * COLS];
+	dvar_strategy *s = NULL;
+	dvar_variable *v = NULL;
+	int rc;
+	cur = 0;
+	values(init, 3, 0);
+	so.replicas = 2;
+	spec.name = "runtime/w";
+	spec.dtype = DVAR_FLOAT32;
+	spec.shape = (dvar_shape){ .rank = 2, .dims = { ROWS, COLS } };
+	spec.initial_value = init;
+	spec.synchronization = DVAR_SYNC_ON_WRITE;
+	spec.aggregation = DVAR_AGG_SUM;
+	if ((rc = dvar_strategy_create(&s, &so)) == DVAR_OK &&
+	    (rc = dvar_variable_create(&v, s, &spec)) == DVAR_OK)
+		rc = dvar_strategy_run(s, runtime_step, v);
+	for (int local = 0; local < 2 && rc == DVAR_OK; local++)
+		if ((rc = dvar_variable_read_local(v, local, got, sizeof got)) == DVAR_OK)
+			rc = match(got, sizeof got, "a replica after a step", "runtime/w", "memory");
+	dvar_variable_free(v);
+	dvar_strategy_free(s);
+	return rc;
+}
+
 /* The restore operation: the root's latest onto the job's variables, whose
  * replicas must then hold what it holds. */
 static int restore_all(job *j)
@@ -592,7 +682,9 @@ static void prepare_reads(job *j)
 				    match(want, sizeof want, "", "", "") != DVAR_OK)
 					die("root");
 		dvar_reader_free(r);
-	} else if (read_all() != DVAR_OK) {
+	} else if ((strcmp(op, "diff") == 0      ? diff_all()
+	            : strcmp(op, "runtime") == 0 ? runtime_all()
+	                                         : read_all()) != DVAR_OK) {
 		die("read unarmed");
 	}
 	recording = 0;
@@ -631,6 +723,10 @@ static int act(job *j, long at)
 {
 	if (strcmp(op, "read") == 0)
 		return read_all();
+	if (strcmp(op, "diff") == 0)
+		return diff_all();
+	if (strcmp(op, "runtime") == 0)
+		return runtime_all();
 	if (strcmp(op, "write") == 0)
 		return write_big(out);
 	if (strcmp(op, "restore") == 0)
@@ -710,6 +806,7 @@ static report trial(long at, int kind, int *crashed)
 	if ((pid = fork()) == 0) {
 		job j = { 0 };
 		close(fds[0]);
+		alarm(120); /* a hang (replicas waiting on one that failed) ends, reported */
 		prepare(&j);
 		r = run_armed(&j, at, kind);
 		if (write(fds[1], &r, sizeof r) != (ssize_t)sizeof r)
