@@ -40,16 +40,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-enum {
-	FAULT_EIO,
-	FAULT_ENOSPC,
-	FAULT_EDQUOT,
-	FAULT_SHORT,
-	FAULT_CRASH,
-	FAULT_EINTR,
-	FAULT_PARTIAL,
-	FAULT_ENOMEM
-};
+#include "fault.h"
 
 static atomic_int armed;
 static atomic_long calls;

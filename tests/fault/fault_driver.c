@@ -71,6 +71,7 @@
 #include <unistd.h>
 
 #include "dvar/dvar.h"
+#include "fault.h"
 
 /* The shim's controls, found at run time (a run without it is refused). */
 static void (*dvar_fault_arm)(int on, long at, int kind);
@@ -83,17 +84,6 @@ static long (*dvar_fault_live)(void);
 static void *(*dvar_fault_live_at)(long k);
 static int (*dvar_fault_failed_frames)(void ***frames);
 
-enum {
-	FAULT_EIO,
-	FAULT_ENOSPC,
-	FAULT_EDQUOT,
-	FAULT_SHORT,
-	FAULT_CRASH,
-	FAULT_EINTR,
-	FAULT_PARTIAL,
-	FAULT_ENOMEM,
-	NKINDS
-};
 static const char *const kind_names[NKINDS] = { "EIO",   "ENOSPC", "EDQUOT",  "short",
 	                                            "crash", "EINTR",  "partial", "ENOMEM" };
 /* The kinds tried: every one for an operation that writes; a read can
