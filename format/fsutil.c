@@ -123,7 +123,7 @@ int dvar_fs_pwrite_all(int fd, const void *buf, size_t len, uint64_t off, const 
 			return dvar_error_set_errno(DVAR_EIO, errno, "write %zu bytes at offset %llu of '%s'",
 			                            len, (unsigned long long)off, what);
 		}
-		if (n == 0) /* nothing written and no error: a full disk would loop here forever */
+		if (n == 0) /* nothing written, no error: said as a full disk, not retried forever */
 			return dvar_error_set_errno(DVAR_EIO, ENOSPC, "write %zu bytes at offset %llu of '%s'",
 			                            len, (unsigned long long)off, what);
 		p += n;

@@ -135,6 +135,10 @@ static void test_core_errors__errno(void **state)
 	assert_int_equal(dvar_error_last()->code, DVAR_ENOTFOUND);
 	assert_string_equal(dvar_error_last()->message, expect);
 	assert_string_equal(dvar_error_last()->message, "open 'f.bin': No such file or directory");
+	/* A call that ran out of memory is out of memory, whatever the caller's code. */
+	assert_int_equal(dvar_error_set_errno(DVAR_EIO, ENOMEM, "opendir '%s'", "d"), DVAR_ENOMEM);
+	assert_int_equal(dvar_error_last()->code, DVAR_ENOMEM);
+	assert_string_equal(dvar_error_last()->message, "opendir 'd': Cannot allocate memory");
 }
 
 static void test_core_errors__errno_after_long_text(void **state)
