@@ -6,7 +6,8 @@
  *   fault_driver OP WORK [--sample N] [--seed S] [--mpiexec MPIRUN] [--alloc 1]
  *
  * OP is save (a save with retention), delta (a delta save over the root's
- * latest), async (dvar_save_async, then dvar_save_wait), import, reshard,
+ * latest), async (dvar_save_async, then dvar_save_wait), import (two .npy files and a
+ * safetensors file), reshard,
  * export-dvar, export-safetensors, export-tf or export-npy; write (8 MiB
  * in 1 MiB chunks, which go to the disk with O_DIRECT); read (every
  * checkpoint of the work folder read every way: cold into aligned and
@@ -96,7 +97,7 @@ static const int alloc_kinds[] = { FAULT_ENOMEM };
 static int alloc_mode;
 static long base_live; /* blocks the unarmed run keeps (a strategy's state) */
 static const int *kinds = write_kinds;
-static int nkinds = NKINDS;
+static int nkinds = (int)(sizeof write_kinds / sizeof *write_kinds);
 
 #define ROWS 512
 #define COLS 32
@@ -114,7 +115,7 @@ static int nvars = 1;    /* two workers save two variables: one each */
 static int reads;        /* read or restore: writes nothing */
 static const char *mpiexec = "mpirun";
 /* Paths stay short (a temporary directory's): messages quote them whole. */
-static char work[1024], src[1100], root[1100], out[1100], npy1[1100], npy2[1100];
+static char work[1024], src[1100], root[1100], out[1100], npy1[1100], npy2[1100], st[1100];
 /* The write and read operations' own: big (BIG_ROWS x BIG_COLS float32 in
  * 1 MiB chunks, written and, cold, read around the page cache) and src
  * exported as a TensorFlow checkpoint. */
@@ -318,6 +319,12 @@ static void setup(void)
 	free(x);
 	if (reads || strcmp(op, "write") == 0)
 		setup_big();
+	if (strcmp(op, "import") == 0) {
+		dvar_export_options eo = DVAR_EXPORT_OPTIONS_INIT;
+		eo.format = DVAR_EXPORT_SAFETENSORS;
+		if (dvar_export(src, st, &eo) != DVAR_OK)
+			die("safetensors");
+	}
 }
 
 /* ---------------------------------------------------------------- the root's state */
@@ -725,10 +732,10 @@ static int act(job *j, long at)
 		return save(j->s, j->v, next_step,
 		            strcmp(op, "delta") == 0 && at >= 0 ? DVAR_SAVE_DELTA : 0, async_save);
 	if (strcmp(op, "import") == 0) {
-		dvar_import_source in[2] = { { npy1, "a" }, { npy2, "b" } };
+		dvar_import_source in[3] = { { npy1, "a" }, { npy2, "b" }, { st, "s" } };
 		dvar_import_options o = DVAR_IMPORT_OPTIONS_INIT;
 		o.threads = 1;
-		return dvar_import(out, in, 2, &o);
+		return dvar_import(out, in, 3, &o);
 	}
 	if (strcmp(op, "reshard") == 0) {
 		dvar_reshard_options o = DVAR_RESHARD_OPTIONS_INIT;
@@ -823,8 +830,8 @@ static report trial(long at, int kind, int *crashed)
 }
 
 /* Each variable of path holds the values the operation put there: the
- * source's variable of the same name (import: a and b hold w's; write:
- * big's). */
+ * source's variable of the same name (import: a and b hold w's, s/X the
+ * source's X, through safetensors; write: big's). */
 static int same_as_source(const char *path)
 {
 	dvar_reader *a, *b;
@@ -842,7 +849,8 @@ static int same_as_source(const char *path)
 		uint32_t ca, cb;
 		dvar_reader_var(import ? b : a, i, &info);
 		if (import)
-			same = dvar_reader_find(a, "w", &k) == DVAR_OK &&
+			same = dvar_reader_find(a, strncmp(info.name, "s/", 2) == 0 ? info.name + 2 : "w",
+			                        &k) == DVAR_OK &&
 			       dvar_reader_digest(a, k, &ca) == DVAR_OK &&
 			       dvar_reader_digest(b, i, &cb) == DVAR_OK && ca == cb;
 		else
@@ -850,7 +858,7 @@ static int same_as_source(const char *path)
 			       dvar_reader_digest(a, i, &ca) == DVAR_OK &&
 			       dvar_reader_digest(b, k, &cb) == DVAR_OK && ca == cb;
 	}
-	same = same && (!import || dvar_reader_num_vars(b) == 2);
+	same = same && (!import || dvar_reader_num_vars(b) == 4);
 	dvar_reader_free(a);
 	dvar_reader_free(b);
 	return same;
@@ -1660,6 +1668,7 @@ int main(int argc, char **argv)
 	join(root, work, "root");
 	join(npy1, work, "a.npy");
 	join(npy2, work, "b.npy");
+	join(st, work, "src.safetensors");
 	join(out, work, strcmp(op, "export-safetensors") == 0 ? "out.safetensors" : "out");
 	join(big, work, "big");
 	join(tf, work, "tf");
