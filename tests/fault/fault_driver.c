@@ -6,9 +6,9 @@
  *   fault_driver OP WORK [--sample N] [--seed S] [--mpiexec MPIRUN] [--alloc 1]
  *
  * OP is save (a save with retention), delta (a delta save over the root's
- * latest), async (dvar_save_async, then dvar_save_wait), import (two .npy files and a
- * safetensors file), reshard,
- * export-dvar, export-safetensors, export-tf or export-npy; write (8 MiB
+ * latest), async (dvar_save_async, then dvar_save_wait), import (two .npy
+ * files and a safetensors file), reshard, export-dvar, export-safetensors,
+ * export-tf or export-npy; write (8 MiB
  * in 1 MiB chunks, which go to the disk with O_DIRECT); read (every
  * checkpoint of the work folder read every way: cold into aligned and
  * unaligned buffers, mapped and verified, a range of rows, read_many,
