@@ -7,7 +7,9 @@
  * bytes, so every ratio compares figures taken minutes apart on the same
  * disk. A save (one dvar_writer_add_many of every tensor) is timed from
  * dvar_writer_open to the end of dvar_writer_commit (fsyncs included),
- * each mode twice per run in a mirrored order; a restore from
+ * each mode twice per run in a mirrored order, NONE once more as a control
+ * of what identical saves differ by, and in the dense case a raw O_DIRECT
+ * write in the same order as the goal's base; a restore from
  * dvar_reader_open to the end of one dvar_reader_read_many of every tensor
  * (the goal), of one dvar_reader_read per tensor, and of the batch into
  * buffers 16 bytes past a page (where NumPy's large arrays start), the
@@ -51,13 +53,17 @@ enum {
 	S_RAW_WRITE_DIRECT,
 	S_RAW_READ_COLD,
 	S_RAW_READ_DIRECT,
+	S_RAW_WRITE_TURN,
 	S_DENSE_AUTO,
 	S_DENSE_NONE,
+	S_DENSE_AGAIN,
 	S_ROWS_AUTO,
 	S_ROWS_LZ4,
 	S_ROWS_NONE,
+	S_ROWS_AGAIN,
 	S_ELEM_AUTO,
 	S_ELEM_NONE,
+	S_ELEM_AGAIN,
 	S_RESTORE,
 	S_RESTORE_ONE,
 	S_RESTORE_SKEWED,
@@ -446,36 +452,62 @@ static void bench_reads(const char *dir, dvar_compress mode, const layout *l, co
 typedef void (*read_back_fn)(const char *dir, dvar_compress mode, const layout *l,
                              const void *src, void *dst, int record_it);
 
-/*
- * Save src twice per mode, in an order that reads the same both ways
- * (A B B A; B A A B in odd runs), and record each mode's two saves as one
- * figure: whichever save comes first after some other work runs up to 15 %
- * slower or faster on this VM, whatever its mode, and a mirrored order
- * gives every mode each place once. Each checkpoint is deleted before the
- * next save (on a disk mounted with `discard` a save right after a big
- * delete runs slower, so every save follows one); read_back, when given,
- * runs on each before it is deleted, so that every save follows the same
- * work, and records the first pass only.
- */
-static void bench_saves(int run, const layout *l, const void *src, void *dst,
-                        const dvar_compress *modes, const int *which, int n, read_back_fn read_back)
+/* A way of bench_saves that is no save: a raw O_DIRECT write + fsync of the
+ * same bytes, into one file where the checkpoint goes. */
+#define RAW_WRITE (-1)
+
+/* One timed write of src by way (a dvar_compress or RAW_WRITE) into dir. */
+static double save_way(const char *dir, const layout *l, const void *src, int way)
 {
-	double secs[3] = { 0, 0, 0 };
+	if (way != RAW_WRITE)
+		return save(dir, l, src, (dvar_compress)way);
+	char path[4200];
+	if (mkdir(dir, 0755) != 0)
+		bench_fatal("mkdir %s: %s", dir, strerror(errno));
+	snprintf(path, sizeof(path), "%s/raw.bin", dir);
+	bench_drop_caches();
+	return bench_raw_write(path, src, g.size, 1, 1);
+}
+
+/*
+ * Save src twice per way, in an order that reads the same both ways
+ * (A B C C B A; the next way first in the next run), and record each way's
+ * two saves as one figure: whichever save comes first after some other
+ * work runs up to 15 % slower or faster on this VM, whatever its mode, and
+ * a mirrored order gives every way each place once. A mode may come twice
+ * (a control: its two figures differ by the machine's noise alone), and
+ * RAW_WRITE times the disk in the same order. Each checkpoint is deleted
+ * before the next save (on a disk mounted with `discard` a save right after
+ * a big delete runs slower, so every save follows one); read_back, when
+ * given, runs on each save before it is deleted, so that every save follows
+ * the same work, and records the first pass of a mode's first way only.
+ */
+static void bench_saves(int run, const layout *l, const void *src, void *dst, const int *ways,
+                        const int *which, int n, read_back_fn read_back)
+{
+	double secs[4] = { 0, 0, 0, 0 };
 	char dir[4096];
 
 	snprintf(dir, sizeof(dir), "%s/ckpt", bench_scratch());
 	for (int k = 0; k < 2 * n; k++) {
-		int i = (run + (k < n ? k : 2 * n - 1 - k)) % n;
-		secs[i] += save(dir, l, src, modes[i]);
-		g.s[which[i]].bytes_ratio = stored_over_raw(dir);
-		if (run == 0 && k < n)
-			check_roundtrip(dir, l, src, dst);
-		if (read_back)
-			read_back(dir, modes[i], l, src, dst, k < n);
+		int i = (run + (k < n ? k : 2 * n - 1 - k)) % n, first = 1;
+		for (int j = 0; j < i; j++)
+			first &= ways[j] != ways[i];
+		double t = save_way(dir, l, src, ways[i]);
+		/* O_DIRECT refused (tmpfs): no raw write to record */
+		secs[i] = secs[i] < 0 || t < 0 ? -1 : secs[i] + t;
+		if (ways[i] != RAW_WRITE) {
+			g.s[which[i]].bytes_ratio = stored_over_raw(dir);
+			if (run == 0 && k < n)
+				check_roundtrip(dir, l, src, dst);
+			if (read_back)
+				read_back(dir, (dvar_compress)ways[i], l, src, dst, k < n && first);
+		}
 		bench_remove_tree(dir);
 	}
 	for (int i = 0; i < n; i++)
-		record(which[i], 2 * g.size, secs[i]);
+		if (secs[i] > 0)
+			record(which[i], 2 * g.size, secs[i]);
 }
 
 /*
@@ -520,32 +552,37 @@ static double last(int which)
 static void one_run(int run, const layout *mixed, const layout *table, const layout *small,
                     uint32_t *src, void *dst)
 {
-	static const dvar_compress auto_none[] = { DVAR_COMPRESS_AUTO, DVAR_COMPRESS_NONE };
-	static const dvar_compress all[] = { DVAR_COMPRESS_AUTO, DVAR_COMPRESS_LZ4,
-		                             DVAR_COMPRESS_NONE };
-	static const int dense[] = { S_DENSE_AUTO, S_DENSE_NONE };
-	static const int rows[] = { S_ROWS_AUTO, S_ROWS_LZ4, S_ROWS_NONE };
-	static const int elems[] = { S_ELEM_AUTO, S_ELEM_NONE };
+	/* NONE twice: the second is the control of the AUTO / NONE goals. */
+	static const int dense_ways[] = { DVAR_COMPRESS_AUTO, DVAR_COMPRESS_NONE, DVAR_COMPRESS_NONE,
+		                              RAW_WRITE };
+	static const int auto_none[] = { DVAR_COMPRESS_AUTO, DVAR_COMPRESS_NONE, DVAR_COMPRESS_NONE };
+	static const int all[] = { DVAR_COMPRESS_AUTO, DVAR_COMPRESS_LZ4, DVAR_COMPRESS_NONE,
+		                       DVAR_COMPRESS_NONE };
+	static const int dense[] = { S_DENSE_AUTO, S_DENSE_NONE, S_DENSE_AGAIN, S_RAW_WRITE_TURN };
+	static const int rows[] = { S_ROWS_AUTO, S_ROWS_LZ4, S_ROWS_NONE, S_ROWS_AGAIN };
+	static const int elems[] = { S_ELEM_AUTO, S_ELEM_NONE, S_ELEM_AGAIN };
 
 	fprintf(stderr, "run %d/%d:", run + 1, g.runs);
 	fill_dense(src, g.size / 4);
 	bench_raw(src, dst);
 	settle(mixed, src, dst, bench_reads);
-	bench_saves(run, mixed, src, dst, auto_none, dense, 2, bench_reads);
+	bench_saves(run, mixed, src, dst, dense_ways, dense, 4, bench_reads);
 	bench_small(run, small, src, dst);
 
 	fill_row_sparse(src, g.size / 512, 128);
-	bench_saves(run, table, src, dst, all, rows, 3, NULL);
+	bench_saves(run, table, src, dst, all, rows, 4, NULL);
 
 	fill_element_sparse(src, g.size / 4);
-	bench_saves(run, mixed, src, dst, auto_none, elems, 2, NULL);
+	bench_saves(run, mixed, src, dst, auto_none, elems, 3, NULL);
 
-	fprintf(stderr, " O_DIRECT write %.2f, cold read %.2f | dense AUTO %.2f NONE %.2f | "
-	                "restore %.2f | rows AUTO %.2f LZ4 %.2f NONE %.2f | elems AUTO %.2f "
-	                "NONE %.2f | small %.3f GB/s\n",
-	        last(S_RAW_WRITE_DIRECT), last(S_RAW_READ_COLD), last(S_DENSE_AUTO),
-	        last(S_DENSE_NONE), last(S_RESTORE), last(S_ROWS_AUTO), last(S_ROWS_LZ4),
-	        last(S_ROWS_NONE), last(S_ELEM_AUTO), last(S_ELEM_NONE), last(S_SMALL));
+	fprintf(stderr,
+	        " O_DIRECT write %.2f (in turn %.2f), cold read %.2f | dense AUTO %.2f NONE %.2f "
+	        "%.2f | restore %.2f | rows AUTO %.2f LZ4 %.2f NONE %.2f %.2f | elems AUTO %.2f "
+	        "NONE %.2f %.2f | small %.3f GB/s\n",
+	        last(S_RAW_WRITE_DIRECT), last(S_RAW_WRITE_TURN), last(S_RAW_READ_COLD),
+	        last(S_DENSE_AUTO), last(S_DENSE_NONE), last(S_DENSE_AGAIN), last(S_RESTORE),
+	        last(S_ROWS_AUTO), last(S_ROWS_LZ4), last(S_ROWS_NONE), last(S_ROWS_AGAIN),
+	        last(S_ELEM_AUTO), last(S_ELEM_NONE), last(S_ELEM_AGAIN), last(S_SMALL));
 }
 
 /* ------------------------------------------------------------------ report */
@@ -623,18 +660,22 @@ static void report(const layout *mixed)
 	snprintf(label, sizeof(label), "raw read, %s", g.cold ? "cold" : "warm");
 	row(label, S_RAW_READ_COLD, -1, "", "");
 	row("raw read, O_DIRECT 4 MiB", S_RAW_READ_DIRECT, -1, "", "");
+	row("raw write as above, in turn with (a)", S_RAW_WRITE_TURN, -1, "", "");
 	printf("(a) dense float32, %zu tensors of 4 KiB to %llu MiB, save + fsync\n", mixed->n,
 	       (unsigned long long)(t0->bytes / BENCH_MIB));
-	row("AUTO (default)", S_DENSE_AUTO, S_RAW_WRITE_DIRECT, "O_DIRECT write", "stored/raw");
-	row("NONE", S_DENSE_NONE, S_RAW_WRITE_DIRECT, "O_DIRECT write", "stored/raw");
+	row("AUTO (default)", S_DENSE_AUTO, S_RAW_WRITE_TURN, "raw in turn", "stored/raw");
+	row("NONE", S_DENSE_NONE, S_RAW_WRITE_TURN, "raw in turn", "stored/raw");
+	row("NONE again (control)", S_DENSE_AGAIN, S_DENSE_NONE, "NONE", "");
 	printf("(b) embedding [%llu,128] float32, 50%% zero rows, save + fsync\n",
 	       (unsigned long long)(g.size / 512));
 	row("AUTO", S_ROWS_AUTO, S_RAW_WRITE_DIRECT, "O_DIRECT write", "stored/raw");
 	row("LZ4", S_ROWS_LZ4, S_RAW_WRITE_DIRECT, "O_DIRECT write", "stored/raw");
 	row("NONE", S_ROWS_NONE, S_RAW_WRITE_DIRECT, "O_DIRECT write", "stored/raw");
+	row("NONE again (control)", S_ROWS_AGAIN, S_ROWS_NONE, "NONE", "");
 	printf("(c) float32, 50%% zero elements, tensors as in (a), save + fsync\n");
 	row("AUTO", S_ELEM_AUTO, S_RAW_WRITE_DIRECT, "O_DIRECT write", "stored/raw");
 	row("NONE", S_ELEM_NONE, S_RAW_WRITE_DIRECT, "O_DIRECT write", "stored/raw");
+	row("NONE again (control)", S_ELEM_AGAIN, S_ELEM_NONE, "NONE", "");
 	printf("(d) restore of (a) AUTO, %s, into reused buffers\n", rd);
 	row("dvar_reader_read_many, all tensors", S_RESTORE, S_RAW_READ_COLD, rdb, "");
 	row("dvar_reader_read, one at a time", S_RESTORE_ONE, S_RAW_READ_COLD, rdb, "");
@@ -656,21 +697,40 @@ static void report(const layout *mixed)
 	bench_goal e = ratio_goal(t[5], sizeof(t[5]), what, S_PARTIAL, S_RAW_RANGE, 0.9, 0);
 	bench_goal gl[] = {
 		ratio_goal(t[0], sizeof(t[0]), "(a) dense save / raw O_DIRECT write", S_DENSE_AUTO,
-		           S_RAW_WRITE_DIRECT, 0.95, 0),
-		ratio_goal(t[1], sizeof(t[1]), "(a) dense: AUTO / NONE", S_DENSE_AUTO, S_DENSE_NONE,
-		           0.95, 1),
+		           S_RAW_WRITE_TURN, 0.95, 0),
+		ratio_goal(t[1], sizeof(t[1]), "(a) dense: AUTO / NONE", S_DENSE_AUTO, S_DENSE_NONE, 0.95,
+		           1),
 		ratio_goal(t[2], sizeof(t[2]), "(b) row-sparse: AUTO / NONE", S_ROWS_AUTO, S_ROWS_NONE,
 		           0.95, 1),
-		ratio_goal(t[3], sizeof(t[3]), "(c) element-sparse: AUTO / NONE", S_ELEM_AUTO,
-		           S_ELEM_NONE, 0.95, 1),
+		ratio_goal(t[3], sizeof(t[3]), "(c) element-sparse: AUTO / NONE", S_ELEM_AUTO, S_ELEM_NONE,
+		           0.95, 1),
 		d,
 		e,
-		{ "(e) partial read: bytes read / bytes needed <= 1.05", g.s[S_PARTIAL].bytes_ratio,
-		  1.05, 1, "x" },
-		{ "(f) small tensors: data file bytes / raw bytes <= 1.1", g.s[S_SMALL].bytes_ratio, 1.1,
+		{ "(e) partial read: bytes read / bytes needed <= 1.05", g.s[S_PARTIAL].bytes_ratio, 1.05,
 		  1, "x" },
+		{ "(f) small tensors: data file bytes / raw bytes <= 1.1", g.s[S_SMALL].bytes_ratio, 1.1, 1,
+		  "x" },
 	};
 	bench_print_goals(gl, (int)(sizeof(gl) / sizeof(gl[0])), &style);
+
+	/* What the "every run" goals can resolve: the same save, in turn with
+	 * AUTO and NONE, over NONE's, in the same runs. */
+	static const struct {
+		const char *what;
+		int again, none;
+	} ctl[] = {
+		{ "(a)", S_DENSE_AGAIN, S_DENSE_NONE },
+		{ "(b)", S_ROWS_AGAIN, S_ROWS_NONE },
+		{ "(c)", S_ELEM_AGAIN, S_ELEM_NONE },
+	};
+	printf("controls, NONE again / NONE, lowest-highest run:");
+	for (size_t i = 0; i < sizeof(ctl) / sizeof(ctl[0]); i++) {
+		double lo, hi;
+		bench_ratio_min_max(g.s[ctl[i].again].gbps, g.s[ctl[i].again].n, g.s[ctl[i].none].gbps,
+		                    g.s[ctl[i].none].n, &lo, &hi);
+		printf(" %s %.2f-%.2f", ctl[i].what, lo, hi);
+	}
+	printf("\n");
 }
 
 /* ------------------------------------------------------------------ main */
