@@ -15,10 +15,11 @@
 DVAR_BEGIN_DECL
 
 /* Chunks stored one way: the time spent encoding them (lz4, checksums,
- * copies), on the clock and on the thread's CPU, the time spent writing
- * them, their raw and their stored bytes. */
+ * copies) on the clock, the time spent writing them, their raw and their
+ * stored bytes; and for the encodings whose CPU time was taken (a sample:
+ * writer.c, CPU_SAMPLE), that CPU time and their time on the clock. */
 typedef struct {
-	atomic_uint_least64_t encode_ns, encode_cpu_ns, write_ns, bytes, stored;
+	atomic_uint_least64_t encode_ns, write_ns, bytes, stored, sampled_cpu_ns, sampled_ns;
 } dvar_cost;
 
 struct dvar_writer {
@@ -41,9 +42,9 @@ struct dvar_writer {
 	atomic_uint_least64_t next_offset;
 	atomic_uint_least64_t alloc_end; /* the data file is allocated up to here (reserve) */
 	atomic_uint_least64_t bytes_done;
-	/* DVAR_COMPRESS_AUTO's accounts (writer.c, auto_choice), by codec. */
+	/* DVAR_COMPRESS_AUTO's accounts (writer.c, lz4_pays), by codec. */
 	dvar_cost cost[2];
-	atomic_uint_least64_t auto_tick;
+	atomic_uint_least64_t auto_tick, cpu_tick;
 	pthread_t owner;
 	double last_progress;
 	const volatile sig_atomic_t *cancel; /* dvar_writer_set_cancel; borrowed */
