@@ -541,35 +541,33 @@ static int lz4_pays(dvar_writer *w, const unsigned char *raw, size_t len, unsign
 		for (size_t i = 0; i < plen; i += 4096)
 			sink ^= raw[step * k + i];
 	(void)sink;
-	/* The look's CPU time matters only where it fills lz4's account (below). */
-	int fill = best == 0 || (lz4_cost < 0 && raw_cost >= 0);
 	double t0 = dvar_now();
-	uint64_t c0 = fill ? thread_cpu_ns() : 0;
 	for (size_t k = 0; k < pieces; k++) {
 		int n = LZ4_compress_fast((const char *)raw + step * k, (char *)out, (int)plen,
 		                          LZ4_compressBound((int)plen), LZ4_ACCELERATION);
 		in += plen;
 		packed += n > 0 ? (size_t)n : plen;
 	}
-	double secs = dvar_now() - t0, cpu_secs = fill ? (double)(thread_cpu_ns() - c0) / 1e9 : 0;
+	double secs = dvar_now() - t0;
 	if (packed * 10 > in * 9)
 		return 0;
-	if (fill) {
+	if (best == 0 || (lz4_cost < 0 && raw_cost >= 0)) {
 		/* Exploring while raw writes win, or lz4 not timed yet: lz4's account
 		 * is filled from the look alone (its pace on the pieces, plus the
 		 * checksum and the write of what it would leave at the raw chunks'
 		 * pace), not by compressing a whole chunk at a cost that can be
 		 * several raw chunks' (measured: 5 % of a save of element-sparse
 		 * data, exploring 1 chunk in 64). Once it holds a chunk's worth, the
-		 * accounts decide, and chunks are looked at only when lz4 wins. */
+		 * accounts decide, and chunks are looked at only when lz4 wins. The
+		 * look is too short to sample its CPU time: it is taken to get the
+		 * share of a CPU the raw chunks' encodings got. */
 		const dvar_cost *r = &w->cost[DVAR_CODEC_RAW];
 		double rb = (double)atomic_load(&r->bytes), stored = (double)len * (double)packed / (double)in;
-		double scale = (double)len / (double)in * 1e9;
-		double crc = (double)atomic_load(&r->encode_ns) / rb * (double)len;
-		double crc_cpu = crc * cpu_share(r);
-		cost_add(w, &w->cost[DVAR_CODEC_LZ4], (uint64_t)(secs * scale + crc),
-		         (uint64_t)(cpu_secs * scale + crc_cpu),
-		         (uint64_t)((double)atomic_load(&r->write_ns) / rb * stored), len, (uint64_t)stored);
+		double encode = secs * (double)len / (double)in * 1e9 +
+		                (double)atomic_load(&r->encode_ns) / rb * (double)len;
+		cost_add(w, &w->cost[DVAR_CODEC_LZ4], (uint64_t)encode, (uint64_t)(encode * cpu_share(r)),
+		         (uint64_t)((double)atomic_load(&r->write_ns) / rb * stored), len,
+		         (uint64_t)stored);
 		if (best == 0)
 			return 0;
 	}
