@@ -455,6 +455,7 @@ typedef void (*read_back_fn)(const char *dir, dvar_compress mode, const layout *
 /* A way of bench_saves that is no save: a raw O_DIRECT write + fsync of the
  * same bytes, into one file where the checkpoint goes. */
 #define RAW_WRITE (-1)
+#define MAX_WAYS 4
 
 /* One timed write of src by way (a dvar_compress or RAW_WRITE) into dir. */
 static double save_way(const char *dir, const layout *l, const void *src, int way)
@@ -485,8 +486,11 @@ static double save_way(const char *dir, const layout *l, const void *src, int wa
 static void bench_saves(int run, const layout *l, const void *src, void *dst, const int *ways,
                         const int *which, int n, read_back_fn read_back)
 {
-	double secs[4] = { 0, 0, 0, 0 };
+	double secs[MAX_WAYS] = { 0 };
 	char dir[4096];
+
+	if (n > MAX_WAYS)
+		bench_fatal("bench_saves: %d ways, at most %d", n, MAX_WAYS);
 
 	snprintf(dir, sizeof(dir), "%s/ckpt", bench_scratch());
 	for (int k = 0; k < 2 * n; k++) {

@@ -455,8 +455,8 @@ static double cpu_share(const dvar_cost *a)
  * Nanoseconds per raw byte the chunks in account a cost the save's wall
  * time, or -1 under one chunk's worth. The encoding's CPU time is spread
  * over the CPUs the threads get at once: the CPU time over the time on the
- * clock of the sampled encodings (r, cpu_share) says how much of a CPU each got, at
- * most w->coders CPUs in all. It is then divided by the part of that share
+ * clock of the sampled encodings (r, cpu_share) says how much of a CPU each
+ * got, at most w->coders CPUs in all. It is then divided by the part of that share
  * other processes left (r over what the threads would get by themselves,
  * coders / threads when there are more threads than CPUs), so that a busy
  * machine turns compression off rather than slowing the save. With as many
@@ -724,7 +724,8 @@ static int write_chunk(void *vctx, size_t k)
 	if (!ctx->preassigned)
 		c->offset = reserve(w, padded);
 	uint64_t encode_ns = ns_since(t0); /* lz4, checksums, copies */
-	uint64_t encode_cpu_ns = sample ? thread_cpu_ns() - c0 : 0;
+	uint64_t c1 = sample ? thread_cpu_ns() : 0;
+	uint64_t encode_cpu_ns = c0 && c1 > c0 ? c1 - c0 : 0; /* 0: no sample */
 	double t1 = dvar_now();
 	rc = write_padded(w, out, padded, c->offset);
 	if (buf)
