@@ -22,6 +22,10 @@
  * shared memory, its pipes) are never touched, and the count does not
  * depend on them. Every counted call is logged (dvar_fault_log), for the
  * driver to tell a save's phases apart and to say what it failed.
+ * A program that does not call the shim (the dvar command) is put under
+ * it by the environment: DVAR_FAULT_ALLOC_AT=k fails its k-th allocation
+ * from main on (0: counts them), and DVAR_FAULT_COUNT names a file that
+ * gets the count at exit (cli_alloc.py).
  * Test-only: never linked into libdvar.
  */
 #include <dlfcn.h>
@@ -653,4 +657,43 @@ int close(int fd)
 		return -1;
 	}
 	return rc;
+}
+
+/* ---------------------------------------------------------------- programs */
+
+typedef int (*main_fn)(int, char **, char **);
+static main_fn program_main;
+
+static void write_count(void)
+{
+	const char *path = getenv("DVAR_FAULT_COUNT");
+	FILE *f;
+	atomic_store(&armed, 0);
+	if (path && (f = fopen(path, "w"))) {
+		fprintf(f, "%ld\n", atomic_load(&calls));
+		fclose(f);
+	}
+}
+
+/* main, with the allocations from here on counted and the k-th failed. */
+static int armed_main(int argc, char **argv, char **envp)
+{
+	alloc_paused++;
+	atexit(write_count);
+	alloc_paused--;
+	dvar_fault_arm(1, atol(getenv("DVAR_FAULT_ALLOC_AT")), FAULT_ENOMEM);
+	return program_main(argc, argv, envp);
+}
+
+int __libc_start_main(main_fn main, int argc, char **argv, void (*init)(void), void (*fini)(void),
+                      void (*rtld_fini)(void), void *stack_end)
+{
+	typedef int (*start_fn)(main_fn, int, char **, void (*)(void), void (*)(void), void (*)(void),
+	                        void *);
+	start_fn real = (start_fn)dlsym(RTLD_NEXT, "__libc_start_main");
+	if (getenv("DVAR_FAULT_ALLOC_AT")) {
+		program_main = main;
+		main = armed_main;
+	}
+	return real(main, argc, argv, init, fini, rtld_fini, stack_end);
 }

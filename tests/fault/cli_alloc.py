@@ -1,0 +1,172 @@
+#!/usr/bin/python3
+"""tests/fault/cli_alloc.py - the dvar command with each of its allocations
+failed in turn (the fault shim, libdvar_fault.so, preloaded: it counts the
+allocations from main on and fails the k-th, DVAR_FAULT_ALLOC_AT=k).
+
+Every trial must end by itself (no signal, no hang), and either do what the
+unarmed run did (same exit code and output; a written checkpoint whose
+digests equal the unarmed one's) or fail with exit code 3 and a message that
+says memory ran out. A command that writes leaves its output whole or
+absent, and nothing else beside it.
+
+    cli_alloc.py --dvar build/cli/dvar --shim build/tests/fault/libdvar_fault.so
+                 --fixtures fixtures [--work DIR] [--every N]
+"""
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+
+def run(argv, env=None):
+    p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120,
+                       env=dict(os.environ, LC_ALL="C", **(env or {})))
+    return p.returncode, p.stdout, p.stderr.decode("utf-8", "replace")
+
+
+class Sweep:
+    def __init__(self, args):
+        self.dvar = args.dvar
+        self.shim = args.shim
+        self.every = args.every
+        self.work = args.work
+        self.failures = []
+
+    def armed(self, argv, k, count_file=None):
+        env = {"LD_PRELOAD": self.shim, "DVAR_FAULT_ALLOC_AT": str(k)}
+        if count_file:
+            env["DVAR_FAULT_COUNT"] = count_file
+        return run([self.dvar] + argv, env)
+
+    def fingerprint(self, out):
+        """What out holds (with the files beside it named out.*: a TF prefix's):
+        its variables' digests where dvar reads it, else its files' bytes;
+        None when nothing is there."""
+        paths = outputs(out)
+        if not paths:
+            return None
+        code, text, err = run([self.dvar, "digest", out])
+        if code == 0:
+            return text
+        files = {}
+        for p in paths:
+            for root, dirs, names in os.walk(p) if os.path.isdir(p) else [("", [], [p])]:
+                for name in names:
+                    with open(os.path.join(root, name), "rb") as f:
+                        files[os.path.relpath(os.path.join(root, name), os.path.dirname(out))] = f.read()
+        return files
+
+    def fail(self, what, k, why):
+        self.failures.append("dvar %s, allocation %d: %s" % (" ".join(what), k, why))
+
+    def sweep(self, argv, out=None):
+        """Every allocation of `dvar argv` failed in turn; out: what it writes."""
+        remove(out)
+        want_code, want_out, want_err = run([self.dvar] + argv)
+        want = self.fingerprint(out) if out else None
+        if out and (want_code != 0 or want is None):
+            self.fail(argv, 0, "the unarmed run failed (%d): %s" % (want_code, want_err.strip()))
+            return
+        count_file = os.path.join(self.work, "count")
+        remove(out)
+        self.armed(argv, 0, count_file)
+        with open(count_file) as f:
+            n = int(f.read())
+        remove(out)
+        parent = os.path.dirname(out) if out else None
+        before = sorted(os.listdir(parent)) if parent else None
+        bad, refused = len(self.failures), 0
+        for k in range(1, n + 1, self.every):
+            try:
+                code, got, err = self.armed(argv, k)
+            except subprocess.TimeoutExpired:
+                self.fail(argv, k, "did not end within 120 s")
+                continue
+            if code < 0:
+                self.fail(argv, k, "killed by signal %d; stderr: %s" % (-code, err[-300:]))
+            elif code == want_code:
+                if got != want_out:
+                    self.fail(argv, k, "exit code %d as unarmed, but other output" % code)
+            elif code != 3 or "memory" not in err.lower():
+                self.fail(argv, k, "exit code %d (unarmed: %d), stderr: %s"
+                          % (code, want_code, err.strip()[-300:]))
+            else:
+                refused += 1
+            if out:
+                have = self.fingerprint(out)
+                if code == 0 and have != want:
+                    self.fail(argv, k, "%s was written with other contents" % out)
+                elif code != 0 and have is not None and have != want:
+                    self.fail(argv, k, "failed, and left %s, not whole" % out)
+                remove(out)
+                left = sorted(os.listdir(parent))
+                if left != before:
+                    self.fail(argv, k, "left behind: %s" % sorted(set(left) - set(before)))
+                    for name in set(left) - set(before):
+                        remove(os.path.join(parent, name))
+        print("dvar %s: %d allocations, %d trials, %d out of memory, %d failures"
+              % (" ".join(argv), n, len(range(1, n + 1, self.every)), refused,
+                 len(self.failures) - bad))
+        sys.stdout.flush()
+
+
+def outputs(out):
+    """out and the files beside it named out.* (a TF prefix's)."""
+    parent, base = os.path.split(out)
+    return [os.path.join(parent, n) for n in sorted(os.listdir(parent))
+            if n == base or n.startswith(base + ".")]
+
+
+def remove(out):
+    for p in outputs(out) if out else []:
+        if os.path.isdir(p):
+            shutil.rmtree(p)
+        else:
+            os.unlink(p)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--dvar", required=True)
+    ap.add_argument("--shim", required=True)
+    ap.add_argument("--fixtures", required=True)
+    ap.add_argument("--work")
+    ap.add_argument("--every", type=int, default=1, help="fail every N-th allocation only")
+    args = ap.parse_args()
+    made = args.work is None
+    args.work = args.work or tempfile.mkdtemp(prefix="dvar-cli-alloc-")
+    shutil.rmtree(args.work, ignore_errors=True)
+    os.makedirs(os.path.join(args.work, "out"))
+    try:
+        s = Sweep(args)
+        v1 = os.path.join(args.fixtures, "v1")
+        v2 = os.path.join(args.fixtures, "v2")
+        tf = os.path.join(args.fixtures, "tf", "two_shards", "variables")
+        out = os.path.join(args.work, "out")
+        npy = os.path.join(args.work, "a.npy")
+        np.save(npy, np.arange(3 * 1024, dtype=np.float32).reshape(3, 1024))
+        for argv in (["inspect", v2], ["inspect", tf], ["verify", v2], ["digest", v2],
+                     ["cat", v2, "emb"], ["diff", v1, v2]):
+            s.sweep(argv)
+        for argv, dst in ((["reshard", v2, "R", "--shards", "3"], "R"),
+                          (["export", v2, "E", "--single-shard"], "E"),
+                          (["export", v2, "S.safetensors", "--single-shard"], "S.safetensors"),
+                          (["export", tf, "T", "--format", "tf", "--keep-shards"], "T"),
+                          (["export", v2, "N", "--format", "npy", "--single-shard"], "N"),
+                          (["import", "I", "a=" + npy, "b=" + npy, "--shards", "b=3"], "I")):
+            path = os.path.join(out, dst)
+            s.sweep([path if a == dst else a for a in argv], path)
+        for f in s.failures:
+            print("FAILED: " + f)
+        return 1 if s.failures else 0
+    finally:
+        if made:
+            shutil.rmtree(args.work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
