@@ -9,9 +9,11 @@
 # EINTR, a partial write), and of each reading one (every way of reading a checkpoint, and a
 # restore) with EIO, a short read and EINTR, each followed by the checks of
 # tests/fault/fault_driver.c; then every allocation of each one-process
-# operation, failed in turn (out of memory). The test command (ctest -L
-# fault) runs a sample of the first, and the second but for a sample of
-# read's; this runs them all. Builds in
+# operation, failed in turn (out of memory); and every allocation of the
+# dvar command's operations and of libdvar's under the Python package's
+# (tests/fault/cli_alloc.py). The test command (ctest -L fault) runs a
+# sample of the first, the second but for a sample of read's, and the
+# third but for a fifth of the Python trials; this runs them all. Builds in
 # build-faults/; MPIEXEC (default mpirun) runs the two-worker jobs.
 #
 #   bash scripts/faults.sh [OP ...]
@@ -25,7 +27,7 @@ fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 cmake -S . -B build-faults -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDVAR_WITH_CUDA=OFF \
 	-DDVAR_BUILD_BENCH=OFF -DDVAR_BUILD_EXAMPLES=OFF >/dev/null
-cmake --build build-faults -j"${JOBS:-2}" --target fault_driver dvar_fault >/dev/null
+cmake --build build-faults -j"${JOBS:-2}" --target fault_driver dvar_fault dvar_cli >/dev/null
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 status=0
@@ -39,4 +41,10 @@ for op in "${ops[@]}"; do
 		build-faults/tests/fault/fault_driver "$op" "$work/alloc-$op" --alloc 1 |
 		grep -v '^  (' || status=1
 done
+# The dvar command and the Python package, when no operation was named.
+if [ $# -eq 0 ]; then
+	/usr/bin/python3 tests/fault/cli_alloc.py --dvar build-faults/cli/dvar \
+		--shim build-faults/tests/fault/libdvar_fault.so --fixtures fixtures \
+		--lib "$PWD/build-faults/libdvar.so" --work "$work/cli" || status=1
+fi
 exit "$status"

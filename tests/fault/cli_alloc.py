@@ -1,7 +1,10 @@
 #!/usr/bin/python3
 """tests/fault/cli_alloc.py - the dvar command with each of its allocations
 failed in turn (the fault shim, libdvar_fault.so, preloaded: it counts the
-allocations from main on and fails the k-th, DVAR_FAULT_ALLOC_AT=k).
+allocations from main on and fails the k-th, DVAR_FAULT_ALLOC_AT=k); with
+--lib, the Python package's operations too (py_alloc_ops.py), each of
+libdvar's own allocations failed in turn (DVAR_FAULT_ALLOC_FROM: the
+interpreter's are left alone).
 
 Every trial must end by itself (no signal, no hang), and either do what the
 unarmed run did (same exit code and output; a written checkpoint whose
@@ -10,7 +13,8 @@ says memory ran out. A command that writes leaves its output whole or
 absent, and nothing else beside it.
 
     cli_alloc.py --dvar build/cli/dvar --shim build/tests/fault/libdvar_fault.so
-                 --fixtures fixtures [--work DIR] [--every N]
+                 --fixtures fixtures [--lib build/libdvar.so] [--work DIR] [--every N]
+                 [--py-every N]
 """
 import argparse
 import os
@@ -29,18 +33,23 @@ def run(argv, env=None):
 
 
 class Sweep:
-    def __init__(self, args):
+    """Runs `program argv` (program: a list, the dvar command by default)
+    with env added, unarmed and under each allocation failed in turn."""
+
+    def __init__(self, args, program=None, env=None):
         self.dvar = args.dvar
+        self.program = program or [args.dvar]
+        self.env = env or {}
         self.shim = args.shim
         self.every = args.every
         self.work = args.work
         self.failures = []
 
     def armed(self, argv, k, count_file=None):
-        env = {"LD_PRELOAD": self.shim, "DVAR_FAULT_ALLOC_AT": str(k)}
+        env = dict(self.env, LD_PRELOAD=self.shim, DVAR_FAULT_ALLOC_AT=str(k))
         if count_file:
             env["DVAR_FAULT_COUNT"] = count_file
-        return run([self.dvar] + argv, env)
+        return run(self.program + argv, env)
 
     def fingerprint(self, out):
         """What out holds (with the files beside it named out.*: a TF prefix's):
@@ -61,12 +70,15 @@ class Sweep:
         return files
 
     def fail(self, what, k, why):
-        self.failures.append("dvar %s, allocation %d: %s" % (" ".join(what), k, why))
+        self.failures.append("%s, allocation %d: %s" % (self.name(what), k, why))
+
+    def name(self, argv):
+        return " ".join([os.path.basename(self.program[-1])] + argv)
 
     def sweep(self, argv, out=None):
         """Every allocation of `dvar argv` failed in turn; out: what it writes."""
         remove(out)
-        want_code, want_out, want_err = run([self.dvar] + argv)
+        want_code, want_out, want_err = run(self.program + argv, self.env)
         want = self.fingerprint(out) if out else None
         if out and (want_code != 0 or want is None):
             self.fail(argv, 0, "the unarmed run failed (%d): %s" % (want_code, want_err.strip()))
@@ -108,8 +120,8 @@ class Sweep:
                     self.fail(argv, k, "left behind: %s" % sorted(set(left) - set(before)))
                     for name in set(left) - set(before):
                         remove(os.path.join(parent, name))
-        print("dvar %s: %d allocations, %d trials, %d out of memory, %d failures"
-              % (" ".join(argv), n, len(range(1, n + 1, self.every)), refused,
+        print("%s: %d allocations, %d trials, %d out of memory, %d failures"
+              % (self.name(argv), n, len(range(1, n + 1, self.every)), refused,
                  len(self.failures) - bad))
         sys.stdout.flush()
 
@@ -134,8 +146,11 @@ def main():
     ap.add_argument("--dvar", required=True)
     ap.add_argument("--shim", required=True)
     ap.add_argument("--fixtures", required=True)
+    ap.add_argument("--lib", help="libdvar.so: sweep the Python package's operations too")
     ap.add_argument("--work")
     ap.add_argument("--every", type=int, default=1, help="fail every N-th allocation only")
+    ap.add_argument("--py-every", type=int, default=1,
+                    help="the same for the Python operations (a trial starts an interpreter)")
     args = ap.parse_args()
     made = args.work is None
     args.work = args.work or tempfile.mkdtemp(prefix="dvar-cli-alloc-")
@@ -160,9 +175,24 @@ def main():
                           (["import", "I", "a=" + npy, "b=" + npy, "--shards", "b=3"], "I")):
             path = os.path.join(out, dst)
             s.sweep([path if a == dst else a for a in argv], path)
-        for f in s.failures:
+        failures = s.failures
+        if args.lib:
+            here = os.path.dirname(os.path.abspath(__file__))
+            py = Sweep(args, [sys.executable, os.path.join(here, "py_alloc_ops.py")],
+                       {"DVAR_LIBRARY": args.lib, "DVAR_FAULT_ALLOC_FROM": "/libdvar.so",
+                        "PYTHONPATH": os.path.join(here, "..", "..", "python"),
+                        "PYTHONDONTWRITEBYTECODE": "1"})
+            py.every = args.py_every
+            for argv in (["read", v2], ["digest", v2], ["verify", v2], ["diff", v1, v2]):
+                py.sweep(argv)
+            for op, src, dst in (("save", None, "P"), ("reshard", v2, "Q"),
+                                 ("export", v2, "X.safetensors")):
+                path = os.path.join(out, dst)
+                py.sweep([op] + ([src] if src else []) + [path], path)
+            failures += py.failures
+        for f in failures:
             print("FAILED: " + f)
-        return 1 if s.failures else 0
+        return 1 if failures else 0
     finally:
         if made:
             shutil.rmtree(args.work, ignore_errors=True)

@@ -24,13 +24,16 @@
  * driver to tell a save's phases apart and to say what it failed.
  * A program that does not call the shim (the dvar command) is put under
  * it by the environment: DVAR_FAULT_ALLOC_AT=k fails its k-th allocation
- * from main on (0: counts them), and DVAR_FAULT_COUNT names a file that
- * gets the count at exit (cli_alloc.py).
+ * from main on (0: counts them), DVAR_FAULT_COUNT names a file that gets
+ * the count at exit (cli_alloc.py), and DVAR_FAULT_ALLOC_FROM=name counts
+ * only the allocations made by a loaded object whose path holds name (an
+ * interpreter's own are then left alone: py_alloc_ops.py).
  * Test-only: never linked into libdvar.
  */
 #include <dlfcn.h>
 #include <execinfo.h>
 #include <limits.h>
+#include <link.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -177,10 +180,60 @@ static int live_remove(void *p)
 	return found;
 }
 
-/* An allocation: 1 when it must fail (armed for ENOMEM, and its turn). */
-static int alloc_fails(void)
+/* DVAR_FAULT_ALLOC_FROM=name: only the allocations made by code of a
+ * loaded object whose path holds name count (libdvar's own, say, not the
+ * interpreter's or MPI's around it); its code's address ranges, found once
+ * it is loaded (a program may load it late, as Python does). */
+#define FROM_RANGES 8
+static const char *from_name;
+static uintptr_t from_lo[FROM_RANGES], from_hi[FROM_RANGES];
+static atomic_int from_n;
+
+static int from_phdr(struct dl_phdr_info *info, size_t size, void *ud)
 {
-	if (!atomic_load(&armed) || kind != FAULT_ENOMEM || alloc_paused)
+	int n = 0;
+	(void)size;
+	(void)ud;
+	if (!info->dlpi_name || !strstr(info->dlpi_name, from_name))
+		return 0;
+	for (int i = 0; i < info->dlpi_phnum && n < FROM_RANGES; i++) {
+		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+		if (ph->p_type == PT_LOAD && (ph->p_flags & PF_X)) {
+			from_lo[n] = info->dlpi_addr + ph->p_vaddr;
+			from_hi[n++] = info->dlpi_addr + ph->p_vaddr + ph->p_memsz;
+		}
+	}
+	atomic_store(&from_n, n);
+	return 1;
+}
+
+/* Whether an allocation made at address at counts. */
+static int counts_from(const void *at)
+{
+	if (!from_name)
+		return 1;
+	if (!atomic_load(&from_n)) {
+		/* Not seen yet: look it up only once the loader lists it. */
+		int listed = 0;
+		for (const struct link_map *m = _r_debug.r_map; m && !listed; m = m->l_next)
+			listed = m->l_name && strstr(m->l_name, from_name) != NULL;
+		if (!listed)
+			return 0;
+		alloc_paused++;
+		dl_iterate_phdr(from_phdr, NULL);
+		alloc_paused--;
+	}
+	for (int i = 0; i < atomic_load(&from_n); i++)
+		if ((uintptr_t)at >= from_lo[i] && (uintptr_t)at < from_hi[i])
+			return 1;
+	return 0;
+}
+
+/* An allocation made at address at: 1 when it must fail (armed for
+ * ENOMEM, counted, and its turn). */
+static int alloc_fails(const void *at)
+{
+	if (!atomic_load(&armed) || kind != FAULT_ENOMEM || alloc_paused || !counts_from(at))
 		return 0;
 	long n = atomic_fetch_add(&calls, 1) + 1;
 	if (fail_at == 0 || n != fail_at)
@@ -206,12 +259,14 @@ static void *allocated(void *p, void *at)
 
 void *malloc(size_t n)
 {
-	return alloc_fails() ? NULL : allocated(__libc_malloc(n), __builtin_return_address(0));
+	void *at = __builtin_return_address(0);
+	return alloc_fails(at) ? NULL : allocated(__libc_malloc(n), at);
 }
 
 void *calloc(size_t k, size_t n)
 {
-	return alloc_fails() ? NULL : allocated(__libc_calloc(k, n), __builtin_return_address(0));
+	void *at = __builtin_return_address(0);
+	return alloc_fails(at) ? NULL : allocated(__libc_calloc(k, n), at);
 }
 
 void free(void *p)
@@ -223,44 +278,51 @@ void free(void *p)
 
 void *realloc(void *p, size_t n)
 {
+	void *at = __builtin_return_address(0);
 	if (!p)
-		return malloc(n);
+		return alloc_fails(at) ? NULL : allocated(__libc_malloc(n), at);
 	if (n == 0) {
 		free(p);
 		return NULL;
 	}
-	if (alloc_fails())
+	if (alloc_fails(at))
 		return NULL;
 	/* A block allocated before arming and grown while armed is not new. */
 	int was_live = live_n && live_remove(p);
 	void *q = __libc_realloc(p, n);
 	if (!q) {
 		if (was_live)
-			live_add(p, __builtin_return_address(0));
+			live_add(p, at);
 		return NULL;
 	}
 	if (was_live)
-		live_add(q, __builtin_return_address(0));
+		live_add(q, at);
 	return q;
+}
+
+static void *memalign_at(size_t align, size_t n, void *at)
+{
+	return alloc_fails(at) ? NULL : allocated(__libc_memalign(align, n), at);
 }
 
 void *memalign(size_t align, size_t n)
 {
-	return alloc_fails() ? NULL : allocated(__libc_memalign(align, n), __builtin_return_address(0));
+	return memalign_at(align, n, __builtin_return_address(0));
 }
 
 void *aligned_alloc(size_t align, size_t n)
 {
-	return memalign(align, n);
+	return memalign_at(align, n, __builtin_return_address(0));
 }
 
 int posix_memalign(void **out, size_t align, size_t n)
 {
 	if (align % sizeof(void *) != 0 || (align & (align - 1)) != 0)
 		return EINVAL;
-	if (alloc_fails())
+	void *at = __builtin_return_address(0);
+	if (alloc_fails(at))
 		return ENOMEM;
-	void *p = allocated(__libc_memalign(align, n), __builtin_return_address(0));
+	void *p = allocated(__libc_memalign(align, n), at);
 	if (!p)
 		return ENOMEM;
 	*out = p;
@@ -681,6 +743,7 @@ static int armed_main(int argc, char **argv, char **envp)
 	alloc_paused++;
 	atexit(write_count);
 	alloc_paused--;
+	from_name = getenv("DVAR_FAULT_ALLOC_FROM");
 	dvar_fault_arm(1, atol(getenv("DVAR_FAULT_ALLOC_AT")), FAULT_ENOMEM);
 	return program_main(argc, argv, envp);
 }
