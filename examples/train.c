@@ -23,6 +23,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -84,6 +85,11 @@ typedef struct {
 enum { V_KERNEL, V_BIAS, V_LOSS, V_EXAMPLES, V_CORRECT };
 
 static int worker_id;
+/* The strategy, for die(): freeing it discards a pending asynchronous save
+ * (its thread joined, its staging removed), which exit alone would leave
+ * half-written for the next save into the root to clear. */
+static dvar_strategy *live_strategy;
+static pthread_t main_thread;
 
 static void die(const char *fmt, ...)
 {
@@ -95,6 +101,8 @@ static void die(const char *fmt, ...)
 	vfprintf(stderr, fmt, ap);
 	va_end(ap);
 	fputc('\n', stderr);
+	if (live_strategy && pthread_equal(pthread_self(), main_thread))
+		dvar_strategy_free(live_strategy);
 	exit(1);
 }
 
@@ -662,6 +670,8 @@ int main(int argc, char **argv)
 	so.replicas = j.o.replicas;
 	so.device = choose_device(j.o.device);
 	check(dvar_strategy_create(&j.s, &so), "creating the strategy");
+	live_strategy = j.s;
+	main_thread = pthread_self();
 	j.R = dvar_strategy_local_replicas(j.s);
 	j.W = dvar_strategy_num_workers(j.s);
 	j.worker = worker_id = dvar_strategy_worker_id(j.s);
@@ -795,6 +805,7 @@ int main(int argc, char **argv)
 		free(j.scratch[r].kernel), free(j.scratch[r].grad), free(j.scratch[r].pooled);
 	free(j.scratch), free(j.batches), free(j.ids), free(j.rows), free(j.emb_delta), free(j.data);
 	free(j.saves);
+	live_strategy = NULL;
 	dvar_strategy_free(j.s);
 	return 0;
 }

@@ -10,8 +10,8 @@
 # restore) with EIO, a short read and EINTR, each followed by the checks of
 # tests/fault/fault_driver.c; then every allocation of each one-process
 # operation, failed in turn (out of memory); and every allocation of the
-# dvar command's operations and of libdvar's under the Python package's
-# (tests/fault/cli_alloc.py). The test command (ctest -L fault) runs a
+# dvar command's operations, and of libdvar's under the Python package's
+# and in both workers of a training run (tests/fault/cli_alloc.py). The test command (ctest -L fault) runs a
 # sample of the first, the second but for a sample of read's, and the
 # third but for a fifth of the Python trials; this runs them all. Builds in
 # build-faults/; MPIEXEC (default mpirun) runs the two-worker jobs.
@@ -26,8 +26,8 @@ if [ ${#ops[@]} -eq 0 ]; then
 fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 cmake -S . -B build-faults -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDVAR_WITH_CUDA=OFF \
-	-DDVAR_BUILD_BENCH=OFF -DDVAR_BUILD_EXAMPLES=OFF >/dev/null
-cmake --build build-faults -j"${JOBS:-2}" --target fault_driver dvar_fault dvar_cli >/dev/null
+	-DDVAR_BUILD_BENCH=OFF >/dev/null
+cmake --build build-faults -j"${JOBS:-2}" --target fault_driver dvar_fault dvar_cli dvar_train >/dev/null
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 status=0
@@ -45,6 +45,7 @@ done
 if [ $# -eq 0 ]; then
 	/usr/bin/python3 tests/fault/cli_alloc.py --dvar build-faults/cli/dvar \
 		--shim build-faults/tests/fault/libdvar_fault.so --fixtures fixtures \
-		--lib "$PWD/build-faults/libdvar.so" --work "$work/cli" || status=1
+		--lib "$PWD/build-faults/libdvar.so" --train build-faults/examples/dvar-train \
+		--mpiexec "${MPIEXEC:-mpirun}" --work "$work/cli" || status=1
 fi
 exit "$status"

@@ -810,8 +810,11 @@ static int begin(save_job *j, const char *root, dvar_variable *const *vars, size
 	rc = agree_on_list(j, prepare(j, root, vars, n, opts));
 	if (rc == DVAR_OK)
 		rc = check_saveable_kinds(j);
+	/* The plan comes out the same everywhere, but its allocations can fail
+	 * on one worker alone: agreed, or the others would wait for it in the
+	 * next round (a hang, found by failing allocations in turn). */
 	if (rc == DVAR_OK)
-		rc = make_plan(j);
+		rc = dvar_store_agree(j->s, make_plan(j), NULL, 0, NULL, NULL);
 	if (rc != DVAR_OK)
 		return rc; /* the same verdict everywhere; nothing was created */
 	if ((rc = gather_iterators(j)) != DVAR_OK)

@@ -731,7 +731,8 @@ static void write_count(void)
 	const char *path = getenv("DVAR_FAULT_COUNT");
 	FILE *f;
 	atomic_store(&armed, 0);
-	if (path && (f = fopen(path, "w"))) {
+	/* Appended: each process of a job (mpirun's workers) adds its own. */
+	if (path && (f = fopen(path, "a"))) {
 		fprintf(f, "%ld\n", atomic_load(&calls));
 		fclose(f);
 	}
