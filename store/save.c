@@ -78,19 +78,21 @@ static const char *base_of(const store_state *st, const char *root)
 {
 	for (size_t i = 0; st && i < st->num_bases; i++)
 		if (strcmp(st->bases[i].root, root) == 0)
-			return st->bases[i].ckpt;
+			return st->bases[i].ckpt; /* NULL: forgotten (note_base) */
 	return NULL;
 }
 
-/* root's checkpoint ckpt is the base of the next delta into it. */
+/* root's checkpoint ckpt is the base of the next delta into it. Out of
+ * memory, root's base is forgotten rather than left at the one before,
+ * which the other workers no longer share. */
 static int note_base(store_state *st, const char *root, const char *ckpt)
 {
 	char *c = strdup(ckpt);
-	for (size_t i = 0; c && i < st->num_bases; i++)
+	for (size_t i = 0; i < st->num_bases; i++)
 		if (strcmp(st->bases[i].root, root) == 0) {
 			free(st->bases[i].ckpt);
 			st->bases[i].ckpt = c;
-			return DVAR_OK;
+			return c ? DVAR_OK : dvar_error_set(DVAR_ENOMEM, "out of memory");
 		}
 	root_base *grown = c ? realloc(st->bases, (st->num_bases + 1) * sizeof *grown) : NULL;
 	char *r = grown ? strdup(root) : NULL;
@@ -411,8 +413,25 @@ static uint64_t digest(const item *it)
  * base's digest, then the items'. */
 #define LIST_HEAD (TOKEN_BYTES + 24)
 
+/* Whether some worker has no base for a delta (its head's digest 0). */
+static int a_worker_without_base(const save_job *j, const unsigned char *all, const size_t *offs)
+{
+	for (int w = 0; w < j->W; w++) {
+		uint64_t d;
+
+		memcpy(&d, all + offs[w] + TOKEN_BYTES + 16, 8);
+		if (d == 0)
+			return 1;
+	}
+	return 0;
+}
+
 static int compare_lists(const save_job *j, const unsigned char *all, const size_t *offs)
 {
+	/* A worker that lost track of the base (out of memory when the last
+	 * save was noted) makes this save whole everywhere, not an error. */
+	int bases = !a_worker_without_base(j, all, offs);
+
 	for (int w = 1; w < j->W; w++) {
 		const unsigned char *a = all + offs[0] + TOKEN_BYTES;
 		const unsigned char *b = all + offs[w] + TOKEN_BYTES;
@@ -422,7 +441,7 @@ static int compare_lists(const save_job *j, const unsigned char *all, const size
 		memcpy(&fb, b, 8);
 		memcpy(&na, a + 8, 8);
 		memcpy(&nb, b + 8, 8);
-		if (memcmp(a + 16, b + 16, 8) != 0)
+		if (bases && memcmp(a + 16, b + 16, 8) != 0)
 			return dvar_error_set(DVAR_EINVAL,
 			                      "the workers would save deltas over different checkpoints: "
 			                      "worker %d's last save or restore into this root is not "
@@ -488,6 +507,10 @@ static int agree_on_list(save_job *j, int rc)
 		j->token[TOKEN_BYTES] = '\0';
 		/* Every worker compares every list with worker 0's: the same verdict everywhere. */
 		rc = compare_lists(j, all, offs);
+		if (rc == DVAR_OK && a_worker_without_base(j, all, offs)) {
+			free(j->base);
+			j->base = NULL;
+		}
 	}
 	free(all);
 	free(offs);
