@@ -25,9 +25,10 @@
  * A program that does not call the shim (the dvar command) is put under
  * it by the environment: DVAR_FAULT_ALLOC_AT=k fails its k-th allocation
  * from main on (0: counts them), DVAR_FAULT_COUNT names a file that gets
- * the count at exit (cli_alloc.py), and DVAR_FAULT_ALLOC_FROM=name counts
+ * the count at exit (cli_alloc.py), DVAR_FAULT_ALLOC_FROM=name counts
  * only the allocations made by a loaded object whose path holds name (an
- * interpreter's own are then left alone: py_alloc_ops.py).
+ * interpreter's own are then left alone: py_alloc_ops.py), outside the
+ * initializers of a library being loaded.
  * Test-only: never linked into libdvar.
  */
 #include <dlfcn.h>
@@ -186,6 +187,10 @@ static int live_remove(void *p)
  * it is loaded (a program may load it late, as Python does). */
 #define FROM_RANGES 8
 static const char *from_name;
+/* Loading a library (dlopen) on this thread: its initializers' allocations
+ * do not count (the CUDA runtime linked into libdvar crashes when one of
+ * its own fails, and it is not libdvar's code). */
+static __thread int loading;
 static uintptr_t from_lo[FROM_RANGES], from_hi[FROM_RANGES];
 static atomic_int from_n;
 
@@ -212,6 +217,8 @@ static int counts_from(const void *at)
 {
 	if (!from_name)
 		return 1;
+	if (loading)
+		return 0;
 	if (!atomic_load(&from_n)) {
 		/* Not seen yet: look it up only once the loader lists it. */
 		int listed = 0;
@@ -227,6 +234,17 @@ static int counts_from(const void *at)
 		if ((uintptr_t)at >= from_lo[i] && (uintptr_t)at < from_hi[i])
 			return 1;
 	return 0;
+}
+
+void *dlopen(const char *file, int mode)
+{
+	static void *(*real)(const char *, int);
+	if (!real)
+		real = (void *(*)(const char *, int))dlsym(RTLD_NEXT, "dlopen");
+	loading++;
+	void *h = real(file, mode);
+	loading--;
+	return h;
 }
 
 /* An allocation made at address at: 1 when it must fail (armed for
