@@ -511,7 +511,9 @@ int dvar_store_agree_on_replicas(save_job *j, int rc)
 		rc = dvar_error_set(DVAR_ENOMEM, "out of memory");
 	if (rc == DVAR_OK && !(offs = malloc(((size_t)j->W + 1) * sizeof *offs)))
 		rc = dvar_error_set(DVAR_ENOMEM, "out of memory");
-	rc = dvar_store_agree(j->s, rc, payload, len, offs ? &all : NULL, offs);
+	/* A failure sends no payload (check_payload may have set len and then
+	 * failed to allocate it). */
+	rc = dvar_store_agree(j->s, rc, payload, rc == DVAR_OK ? len : 0, offs ? &all : NULL, offs);
 	if (rc == DVAR_OK)
 		rc = judge_replicas(j, all, offs);
 	free(payload);
