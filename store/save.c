@@ -426,12 +426,9 @@ static int a_worker_without_base(const save_job *j, const unsigned char *all, co
 	return 0;
 }
 
-static int compare_lists(const save_job *j, const unsigned char *all, const size_t *offs)
+/* bases: every worker has a base, which must then be the same one. */
+static int compare_lists(const save_job *j, const unsigned char *all, const size_t *offs, int bases)
 {
-	/* A worker that lost track of the base (out of memory when the last
-	 * save was noted) makes this save whole everywhere, not an error. */
-	int bases = !a_worker_without_base(j, all, offs);
-
 	for (int w = 1; w < j->W; w++) {
 		const unsigned char *a = all + offs[0] + TOKEN_BYTES;
 		const unsigned char *b = all + offs[w] + TOKEN_BYTES;
@@ -505,9 +502,12 @@ static int agree_on_list(save_job *j, int rc)
 		if (!every_worker(j))
 			memcpy(j->token, all, TOKEN_BYTES);
 		j->token[TOKEN_BYTES] = '\0';
+		/* A worker that lost track of the base (out of memory when the last
+		 * save was noted) makes this save whole everywhere, not an error. */
+		int bases = !a_worker_without_base(j, all, offs);
 		/* Every worker compares every list with worker 0's: the same verdict everywhere. */
-		rc = compare_lists(j, all, offs);
-		if (rc == DVAR_OK && a_worker_without_base(j, all, offs)) {
+		rc = compare_lists(j, all, offs, bases);
+		if (rc == DVAR_OK && !bases) {
 			free(j->base);
 			j->base = NULL;
 		}

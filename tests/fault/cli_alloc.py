@@ -48,11 +48,23 @@ class Sweep:
         self.work = args.work
         self.failures = []
 
+    def launch(self, argv, env=None):
+        return run(self.program + argv, env)
+
     def armed(self, argv, k, count_file=None):
         env = dict(self.env, LD_PRELOAD=self.shim, DVAR_FAULT_ALLOC_AT=str(k))
         if count_file:
             env["DVAR_FAULT_COUNT"] = count_file
-        return run(self.program + argv, env)
+        return self.launch(argv, env)
+
+    def trials(self, n):
+        return range(1, n + 1, self.every)
+
+    def report(self, argv, n, refused, bad):
+        """The sweep's line: bad is how many failures there were before it."""
+        print("%s: %d allocations, %d trials, %d out of memory, %d failures"
+              % (self.name(argv), n, len(self.trials(n)), refused, len(self.failures) - bad))
+        sys.stdout.flush()
 
     def count(self, argv):
         """The allocations an unarmed run of argv counts (the most any of
@@ -90,7 +102,7 @@ class Sweep:
     def sweep(self, argv, out=None):
         """Every allocation of `dvar argv` failed in turn; out: what it writes."""
         remove(out)
-        want_code, want_out, want_err = run(self.program + argv, self.env)
+        want_code, want_out, want_err = self.launch(argv, self.env)
         want = self.fingerprint(out) if out else None
         if out and (want_code != 0 or want is None):
             self.fail(argv, 0, "the unarmed run failed (%d): %s" % (want_code, want_err.strip()))
@@ -101,7 +113,7 @@ class Sweep:
         parent = os.path.dirname(out) if out else None
         before = sorted(os.listdir(parent)) if parent else None
         bad, refused = len(self.failures), 0
-        for k in range(1, n + 1, self.every):
+        for k in self.trials(n):
             try:
                 code, got, err = self.armed(argv, k)
             except subprocess.TimeoutExpired:
@@ -129,10 +141,7 @@ class Sweep:
                     self.fail(argv, k, "left behind: %s" % sorted(set(left) - set(before)))
                     for name in set(left) - set(before):
                         remove(os.path.join(parent, name))
-        print("%s: %d allocations, %d trials, %d out of memory, %d failures"
-              % (self.name(argv), n, len(range(1, n + 1, self.every)), refused,
-                 len(self.failures) - bad))
-        sys.stdout.flush()
+        self.report(argv, n, refused, bad)
 
 
 class TrainSweep(Sweep):
@@ -147,12 +156,6 @@ class TrainSweep(Sweep):
         Sweep.__init__(self, args, [train], {"DVAR_FAULT_ALLOC_FROM": "/libdvar.so"})
         self.mpiexec = mpiexec
         self.train = train
-
-    def armed(self, argv, k, count_file=None):
-        env = dict(self.env, LD_PRELOAD=self.shim, DVAR_FAULT_ALLOC_AT=str(k))
-        if count_file:
-            env["DVAR_FAULT_COUNT"] = count_file
-        return self.launch(argv, env)
 
     def launch(self, argv, env=None):
         # -x gives the workers the variables, not mpirun itself.
@@ -173,7 +176,7 @@ class TrainSweep(Sweep):
         shutil.rmtree(root)
         n = self.count(run_argv)
         bad, refused = len(self.failures), 0
-        for k in range(1, n + 1, self.every):
+        for k in self.trials(n):
             shutil.rmtree(root, ignore_errors=True)
             try:
                 code, got, err = self.armed(run_argv, k)
@@ -206,10 +209,7 @@ class TrainSweep(Sweep):
             elif sorted(os.listdir(root)) != want_entries:
                 self.fail(argv, k, "the resumed run left %s" % sorted(os.listdir(root)))
         shutil.rmtree(root, ignore_errors=True)
-        print("%s: %d allocations, %d trials, %d out of memory, %d failures"
-              % (self.name(argv), n, len(range(1, n + 1, self.every)), refused,
-                 len(self.failures) - bad))
-        sys.stdout.flush()
+        self.report(argv, n, refused, bad)
 
 
 def outputs(out):
