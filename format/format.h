@@ -367,7 +367,7 @@ typedef struct {
 
 /* 1 when name (a directory entry's name) is a temporary name, *out filled; 0 otherwise. */
 int dvar_tmp_parse(const char *name, dvar_tmp_info *out);
-/* 1 while its writer runs (this host, pid alive), 0 when it is gone, -1 when
+/* 1 while its writer runs (this host, pid alive and not a zombie), 0 when it is gone, -1 when
  * that cannot be told here (another host, or no pid in the name). */
 int dvar_tmp_writer_alive(const dvar_tmp_info *t);
 /*

@@ -353,13 +353,35 @@ int dvar_tmp_parse(const char *name, dvar_tmp_info *out)
 	return 1;
 }
 
+/* A process that has exited but is not reaped yet still answers kill(): a
+ * zombie, for good under a container's first process when that one never
+ * reaps its adopted children (mpirun's workers it killed end up there). */
+static int exited(long pid)
+{
+	char path[32], buf[256];
+	snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	ssize_t n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return 0;
+	buf[n] = '\0';
+	/* "pid (comm) S ...": comm may hold ')' itself, so the last one. */
+	const char *end = strrchr(buf, ')');
+	return end && end[1] == ' ' && (end[2] == 'Z' || end[2] == 'X');
+}
+
 int dvar_tmp_writer_alive(const dvar_tmp_info *t)
 {
 	char host[DVAR_TMP_HOST_MAX + 1];
 	host_tag(host);
 	if (t->pid <= 0 || strcmp(t->host, host) != 0)
 		return -1;
-	return kill((pid_t)t->pid, 0) == 0 || errno != ESRCH;
+	if (kill((pid_t)t->pid, 0) != 0 && errno == ESRCH)
+		return 0;
+	return !exited(t->pid);
 }
 
 void dvar_tmp_sweep(const char *dir)

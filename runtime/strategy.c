@@ -924,6 +924,18 @@ static int cross_result(const dvar_strategy *s, char *msg, size_t cap)
 		                    STEP_TEXT(&recs[c]));
 		return DVAR_ECOMM;
 	}
+	/* A failure before the step, the lowest worker's, even where the steps
+	 * differ: a worker that failed may have taken another path to this round
+	 * (say, one that could not allocate its buffers), and the failure is what
+	 * the user must hear of. */
+	for (int w = 0; w < s->W; w++) {
+		if (recs[w].code == DVAR_OK)
+			continue;
+		dvar_engine_format(msg, cap, "worker %d: %.*s", w,
+		                   DVAR_ERROR_MESSAGE_MAX - STEP_TEXT_MAX - 1, recs[w].message);
+		/* A positive code would read as success: keep it an error. */
+		return recs[w].code < 0 ? recs[w].code : DVAR_ERROR;
+	}
 	/* The same step everywhere. */
 	for (int w = 1; w < s->W; w++) {
 		const dvar_coll_sig *a = &recs[0].sig, *b = &recs[w].sig;
@@ -937,15 +949,6 @@ static int cross_result(const dvar_strategy *s, char *msg, size_t cap)
 		                    w, b->op ? "all_to_all" : "agreement", STEP_TEXT(&recs[w]),
 		                    a->op ? "all_to_all" : "agreement", STEP_TEXT(&recs[0]));
 		return DVAR_ECOMM;
-	}
-	/* A failure before the step: the lowest worker's. */
-	for (int w = 0; w < s->W; w++) {
-		if (recs[w].code == DVAR_OK)
-			continue;
-		dvar_engine_format(msg, cap, "worker %d: %.*s", w,
-		                    DVAR_ERROR_MESSAGE_MAX - STEP_TEXT_MAX - 1, recs[w].message);
-		/* A positive code would read as success: keep it an error. */
-		return recs[w].code < 0 ? recs[w].code : DVAR_ERROR;
 	}
 	msg[0] = '\0';
 	return DVAR_OK;

@@ -110,17 +110,19 @@ static int writes_and_dies(const char *root, int tf)
 	return 3;
 }
 
-/* A child that writes into root and dies before committing; its pid, reaped. */
-static pid_t leave_leftover(const char *root, int tf)
+/* A child that writes into root and dies before committing; its pid, reaped
+ * unless zombie (then the caller reaps it). */
+static pid_t leave_leftover(const char *root, int tf, int zombie)
 {
 	pid_t pid = fork();
 	assert_true(pid >= 0);
 	if (pid == 0)
 		_exit(writes_and_dies(root, tf));
-	int status;
-	assert_int_equal(waitpid(pid, &status, 0), pid);
-	assert_true(tf ? WIFEXITED(status) && WEXITSTATUS(status) == 1
-	               : WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+	siginfo_t info;
+	memset(&info, 0, sizeof(info));
+	assert_int_equal(waitid(P_PID, (id_t)pid, &info, WEXITED | (zombie ? WNOWAIT : 0)), 0);
+	assert_true(tf ? info.si_code == CLD_EXITED && info.si_status == 1
+	               : info.si_code == CLD_KILLED && info.si_status == SIGKILL);
 	return pid;
 }
 
@@ -175,7 +177,7 @@ static void test_format_tmp__sweep(void **state)
 	assert_int_equal(dvar_writer_add(w, "v", DVAR_FLOAT32, &sh, NULL, four), DVAR_OK);
 	assert_int_equal(dvar_writer_commit(w), DVAR_OK);
 	dvar_writer_free(w);
-	pid_t dead = leave_leftover(root, 0);
+	pid_t dead = leave_leftover(root, 0, 0);
 	/* Others' leftovers: a running writer (this process; pid 1), another host,
 	 * a multi-part save's own token, and a dead writer's pointer file. */
 	snprintf(name, sizeof(name), ".ckpt-5" DVAR_TMP_MARK "%s-%ld-aaaaaaaaaaaa", host, (long)getpid());
@@ -251,7 +253,7 @@ static void test_format_tmp__sweep(void **state)
 	assert_false(exists_in(root, "ckpt-2"));
 
 	/* dvar_writer_open into a directory sweeps it as well. */
-	leave_leftover(root, 0);
+	leave_leftover(root, 0, 0);
 	char *ck = tu_path(root, "ckpt-9");
 	assert_int_equal(dvar_writer_open(&w, ck, &opts), DVAR_OK);
 	dvar_writer_free(w);
@@ -262,13 +264,38 @@ static void test_format_tmp__sweep(void **state)
 	dvar_root_list_free(l);
 }
 
+/* A writer that died but is not reaped yet (a zombie: under a container's
+ * first process, maybe for good) is gone too. */
+static void test_format_tmp__zombie(void **state)
+{
+	const char *root = *state;
+	dvar_root_list *l;
+	dvar_root_leftover o;
+	pid_t zombie = leave_leftover(root, 0, 1);
+	assert_int_equal(kill(zombie, 0), 0); /* what a pid check alone would believe */
+	assert_int_equal(dvar_root_list_open(&l, root), DVAR_OK);
+	assert_true(find_leftover(l, "ckpt-2", &o) >= 0);
+	assert_int_equal(o.writer_alive, 0);
+	dvar_root_list_free(l);
+	dvar_writer *w;
+	dvar_write_options opts = DVAR_WRITE_OPTIONS_INIT;
+	opts.flags = DVAR_WRITE_NO_FSYNC;
+	assert_int_equal(dvar_writer_open_step(&w, root, 3, &opts), DVAR_OK);
+	dvar_writer_free(w);
+	assert_int_equal(dvar_root_list_open(&l, root), DVAR_OK);
+	assert_int_equal(dvar_root_list_num_leftovers(l), 0);
+	dvar_root_list_free(l);
+	int status;
+	assert_int_equal(waitpid(zombie, &status, 0), zombie);
+}
+
 static void test_format_tmp__tf_writer(void **state)
 {
 	const char *dir = *state;
 	dvar_root_list *l;
 	dvar_root_leftover o;
 	/* A TensorBundle writer killed: its two temporary files stay, recognisable. */
-	leave_leftover(dir, 1);
+	leave_leftover(dir, 1, 0);
 	assert_int_equal(dvar_root_list_open(&l, dir), DVAR_OK);
 	assert_int_equal(dvar_root_list_num_leftovers(l), 1); /* the index is written at commit */
 	assert_true(find_leftover(l, "model.ckpt-3.data-00000-of-00001", &o) >= 0);
@@ -296,6 +323,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_format_tmp__names),
 		cmocka_unit_test_setup_teardown(test_format_tmp__sweep, tu_setup_dir, tu_teardown_dir),
+		cmocka_unit_test_setup_teardown(test_format_tmp__zombie, tu_setup_dir, tu_teardown_dir),
 		cmocka_unit_test_setup_teardown(test_format_tmp__tf_writer, tu_setup_dir, tu_teardown_dir),
 	};
 	return cmocka_run_group_tests_name("format/tmp", tests, NULL, NULL);

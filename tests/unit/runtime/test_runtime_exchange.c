@@ -207,6 +207,21 @@ static void test_runtime_exchange__mismatch(void **state)
 	tu_assert_error_contains("agreement");
 	exchange(s, 0);
 
+	/* A worker that failed on its way to another step: its failure, not the
+	 * mismatch, on every worker. */
+	if (odd) {
+		rc = dvar_strategy_agree(s, dvar_error_set(DVAR_ENOMEM, "out of memory here"), "step B");
+	} else {
+		uint64_t send_bytes[8] = { 0 }, recv_bytes[8];
+		void *recv = NULL;
+
+		rc = dvar_strategy_all_to_all(s, DVAR_OK, NULL, send_bytes, &recv, recv_bytes, "step A");
+		assert_null(recv);
+	}
+	assert_int_equal(rc, DVAR_ENOMEM);
+	tu_assert_error_contains("out of memory here");
+	exchange(s, 0);
+
 	/* One worker inside a run with a collective, the others at a step. */
 	if (odd)
 		rc = dvar_strategy_run(s, sum_fn, NULL);
