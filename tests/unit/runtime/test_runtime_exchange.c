@@ -170,6 +170,22 @@ static int sum_fn(dvar_replica *ctx, void *arg)
 	return dvar_replica_all_reduce(ctx, DVAR_REDUCE_SUM, DVAR_FLOAT32, buf, buf, 4);
 }
 
+/* The odd worker agrees on odd_step with odd_rc while the others make an
+ * empty all-to-all named step: the result on this worker. */
+static int agree_against_all_to_all(dvar_strategy *s, int odd, int odd_rc, const char *odd_step,
+                                    const char *step)
+{
+	uint64_t send_bytes[8] = { 0 }, recv_bytes[8];
+	void *recv = NULL;
+	int rc;
+
+	if (odd)
+		return dvar_strategy_agree(s, odd_rc, odd_step);
+	rc = dvar_strategy_all_to_all(s, DVAR_OK, NULL, send_bytes, &recv, recv_bytes, step);
+	assert_null(recv);
+	return rc;
+}
+
 /* Workers at different steps fail, on every worker, and stay in step. */
 static void test_runtime_exchange__mismatch(void **state)
 {
@@ -194,30 +210,16 @@ static void test_runtime_exchange__mismatch(void **state)
 	exchange(s, 0);
 
 	/* An agreement against an all-to-all of the same text. */
-	if (odd) {
-		rc = dvar_strategy_agree(s, DVAR_OK, "step");
-	} else {
-		uint64_t send_bytes[8] = { 0 }, recv_bytes[8];
-		void *recv = NULL;
-
-		rc = dvar_strategy_all_to_all(s, DVAR_OK, NULL, send_bytes, &recv, recv_bytes, "step");
-		assert_null(recv);
-	}
+	rc = agree_against_all_to_all(s, odd, DVAR_OK, "step", "step");
 	assert_int_equal(rc, DVAR_ECOMM);
 	tu_assert_error_contains("agreement");
 	exchange(s, 0);
 
 	/* A worker that failed on its way to another step: its failure, not the
 	 * mismatch, on every worker. */
-	if (odd) {
-		rc = dvar_strategy_agree(s, dvar_error_set(DVAR_ENOMEM, "out of memory here"), "step B");
-	} else {
-		uint64_t send_bytes[8] = { 0 }, recv_bytes[8];
-		void *recv = NULL;
-
-		rc = dvar_strategy_all_to_all(s, DVAR_OK, NULL, send_bytes, &recv, recv_bytes, "step A");
-		assert_null(recv);
-	}
+	rc = agree_against_all_to_all(s, odd,
+	                              odd ? dvar_error_set(DVAR_ENOMEM, "out of memory here") : DVAR_OK,
+	                              "step B", "step A");
 	assert_int_equal(rc, DVAR_ENOMEM);
 	tu_assert_error_contains("out of memory here");
 	exchange(s, 0);
