@@ -355,10 +355,12 @@ int dvar_tmp_parse(const char *name, dvar_tmp_info *out)
 
 /* A process that has exited but is not reaped yet still answers kill(): a
  * zombie, for good under a container's first process when that one never
- * reaps its adopted children (mpirun's workers it killed end up there). */
+ * reaps its adopted children (mpirun's workers it killed end up there). Its
+ * state is Z with one thread left; a main thread that called pthread_exit
+ * shows Z too, beside the threads that still run. */
 static int exited(long pid)
 {
-	char path[32], buf[256];
+	char path[32], buf[512];
 	snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
@@ -368,9 +370,16 @@ static int exited(long pid)
 	if (n <= 0)
 		return 0;
 	buf[n] = '\0';
-	/* "pid (comm) S ...": comm may hold ')' itself, so the last one. */
-	const char *end = strrchr(buf, ')');
-	return end && end[1] == ' ' && (end[2] == 'Z' || end[2] == 'X');
+	/* "pid (comm) state ...": comm may hold ')' itself, so the last one;
+	 * num_threads is the 18th field after it. */
+	const char *f = strrchr(buf, ')');
+	if (!f || f[1] != ' ' || (f[2] != 'Z' && f[2] != 'X'))
+		return 0;
+	f += 2;
+	for (int k = 0; k < 17 && f; k++)
+		if ((f = strchr(f, ' ')))
+			f++;
+	return f && strtol(f, NULL, 10) <= 1;
 }
 
 int dvar_tmp_writer_alive(const dvar_tmp_info *t)

@@ -6,7 +6,9 @@
  * same place only when their writer is gone from this host; a writer that
  * fails or is freed uncommitted leaves none.
  */
+#include <pthread.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -264,29 +266,90 @@ static void test_format_tmp__sweep(void **state)
 	dvar_root_list_free(l);
 }
 
+static void *hold(void *fd)
+{
+	char c;
+	return read((int)(intptr_t)fd, &c, 1) < 0 ? NULL : fd; /* until the pipe closes */
+}
+
+/* The state letter of pid in /proc/<pid>/stat, or 0. */
+static char proc_state(pid_t pid)
+{
+	char path[64], buf[512];
+	snprintf(path, sizeof(path), "/proc/%ld/stat", (long)pid);
+	FILE *f = fopen(path, "r");
+	size_t n = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
+	if (f)
+		fclose(f);
+	buf[n] = '\0';
+	const char *end = strrchr(buf, ')');
+	return end && end[1] == ' ' ? end[2] : 0;
+}
+
 /* A writer that died but is not reaped yet (a zombie: under a container's
- * first process, maybe for good) is gone too. */
+ * first process, maybe for good) is gone too; a process whose main thread
+ * called pthread_exit shows as a zombie as well, and runs. */
 static void test_format_tmp__zombie(void **state)
 {
 	const char *root = *state;
+	char host[DVAR_TMP_HOST_MAX + 1], name[256];
 	dvar_root_list *l;
 	dvar_root_leftover o;
+	dvar_writer *w;
+	dvar_write_options opts = DVAR_WRITE_OPTIONS_INIT;
+	opts.flags = DVAR_WRITE_NO_FSYNC;
+	this_host(host);
+
+	/* Its main thread gone, a thread of it still at work. */
+	int p[2];
+	assert_int_equal(pipe(p), 0);
+	pid_t half = fork();
+	assert_true(half >= 0);
+	if (half == 0) {
+		pthread_t t;
+		close(p[1]);
+		if (pthread_create(&t, NULL, hold, (void *)(intptr_t)p[0]) != 0)
+			_exit(2);
+		pthread_exit(NULL);
+	}
+	close(p[0]);
+	for (int i = 0; i < 500 && proc_state(half) != 'Z'; i++)
+		usleep(10000);
+	assert_int_equal(proc_state(half), 'Z');
+	snprintf(name, sizeof(name), ".ckpt-5" DVAR_TMP_MARK "%s-%ld-aaaaaaaaaaaa", host, (long)half);
+	make_leftover(root, name);
+	assert_int_equal(dvar_root_list_open(&l, root), DVAR_OK);
+	assert_true(find_leftover(l, "ckpt-5", &o) >= 0);
+	assert_int_equal(o.writer_alive, 1);
+	dvar_root_list_free(l);
+	assert_int_equal(dvar_writer_open_step(&w, root, 3, &opts), DVAR_OK);
+	dvar_writer_free(w);
+	assert_true(exists_in(root, name));
+	/* Its last thread ends: now a zombie whole, and gone. */
+	close(p[1]);
+	siginfo_t info;
+	memset(&info, 0, sizeof(info));
+	assert_int_equal(waitid(P_PID, (id_t)half, &info, WEXITED | WNOWAIT), 0);
+	assert_int_equal(dvar_root_list_open(&l, root), DVAR_OK);
+	assert_true(find_leftover(l, "ckpt-5", &o) >= 0);
+	assert_int_equal(o.writer_alive, 0);
+	dvar_root_list_free(l);
+
+	/* A writer killed before its commit, not reaped. */
 	pid_t zombie = leave_leftover(root, 0, 1);
 	assert_int_equal(kill(zombie, 0), 0); /* what a pid check alone would believe */
 	assert_int_equal(dvar_root_list_open(&l, root), DVAR_OK);
 	assert_true(find_leftover(l, "ckpt-2", &o) >= 0);
 	assert_int_equal(o.writer_alive, 0);
 	dvar_root_list_free(l);
-	dvar_writer *w;
-	dvar_write_options opts = DVAR_WRITE_OPTIONS_INIT;
-	opts.flags = DVAR_WRITE_NO_FSYNC;
-	assert_int_equal(dvar_writer_open_step(&w, root, 3, &opts), DVAR_OK);
+	assert_int_equal(dvar_writer_open_step(&w, root, 4, &opts), DVAR_OK);
 	dvar_writer_free(w);
 	assert_int_equal(dvar_root_list_open(&l, root), DVAR_OK);
 	assert_int_equal(dvar_root_list_num_leftovers(l), 0);
 	dvar_root_list_free(l);
 	int status;
 	assert_int_equal(waitpid(zombie, &status, 0), zombie);
+	assert_int_equal(waitpid(half, &status, 0), half);
 }
 
 static void test_format_tmp__tf_writer(void **state)
