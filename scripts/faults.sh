@@ -25,8 +25,10 @@ if [ ${#ops[@]} -eq 0 ]; then
 		write read restore diff runtime w2-rank1 w2-rank0 w2-commit w2-async-rank1 w2-async-rank0)
 fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# Every option it needs is named: a build-faults/ configured otherwise before keeps its cache.
 cmake -S . -B build-faults -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDVAR_WITH_CUDA=OFF \
-	-DDVAR_BUILD_BENCH=OFF >/dev/null
+	-DDVAR_BUILD_BENCH=OFF -DDVAR_BUILD_TESTS=ON -DDVAR_BUILD_CLI=ON -DDVAR_WITH_MPI=ON \
+	-DDVAR_BUILD_EXAMPLES=ON -DDVAR_SANITIZE=OFF >/dev/null
 cmake --build build-faults -j"${JOBS:-2}" --target fault_driver dvar_fault dvar_cli dvar_train >/dev/null
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
