@@ -161,6 +161,17 @@ static long find_leftover(const dvar_root_list *l, const char *target, dvar_root
 	return -1;
 }
 
+/* Whether the writer of root's leftover for target runs, as listed (there must be one). */
+static int writer_alive(const char *root, const char *target)
+{
+	dvar_root_list *l;
+	dvar_root_leftover o;
+	assert_int_equal(dvar_root_list_open(&l, root), DVAR_OK);
+	assert_true(find_leftover(l, target, &o) >= 0);
+	dvar_root_list_free(l);
+	return o.writer_alive;
+}
+
 static void test_format_tmp__sweep(void **state)
 {
 	const char *root = *state;
@@ -294,7 +305,6 @@ static void test_format_tmp__zombie(void **state)
 	const char *root = *state;
 	char host[DVAR_TMP_HOST_MAX + 1], name[256];
 	dvar_root_list *l;
-	dvar_root_leftover o;
 	dvar_writer *w;
 	dvar_write_options opts = DVAR_WRITE_OPTIONS_INIT;
 	opts.flags = DVAR_WRITE_NO_FSYNC;
@@ -318,10 +328,7 @@ static void test_format_tmp__zombie(void **state)
 	assert_int_equal(proc_state(half), 'Z');
 	snprintf(name, sizeof(name), ".ckpt-5" DVAR_TMP_MARK "%s-%ld-aaaaaaaaaaaa", host, (long)half);
 	make_leftover(root, name);
-	assert_int_equal(dvar_root_list_open(&l, root), DVAR_OK);
-	assert_true(find_leftover(l, "ckpt-5", &o) >= 0);
-	assert_int_equal(o.writer_alive, 1);
-	dvar_root_list_free(l);
+	assert_int_equal(writer_alive(root, "ckpt-5"), 1);
 	assert_int_equal(dvar_writer_open_step(&w, root, 3, &opts), DVAR_OK);
 	dvar_writer_free(w);
 	assert_true(exists_in(root, name));
@@ -330,18 +337,12 @@ static void test_format_tmp__zombie(void **state)
 	siginfo_t info;
 	memset(&info, 0, sizeof(info));
 	assert_int_equal(waitid(P_PID, (id_t)half, &info, WEXITED | WNOWAIT), 0);
-	assert_int_equal(dvar_root_list_open(&l, root), DVAR_OK);
-	assert_true(find_leftover(l, "ckpt-5", &o) >= 0);
-	assert_int_equal(o.writer_alive, 0);
-	dvar_root_list_free(l);
+	assert_int_equal(writer_alive(root, "ckpt-5"), 0);
 
 	/* A writer killed before its commit, not reaped. */
 	pid_t zombie = leave_leftover(root, 0, 1);
 	assert_int_equal(kill(zombie, 0), 0); /* what a pid check alone would believe */
-	assert_int_equal(dvar_root_list_open(&l, root), DVAR_OK);
-	assert_true(find_leftover(l, "ckpt-2", &o) >= 0);
-	assert_int_equal(o.writer_alive, 0);
-	dvar_root_list_free(l);
+	assert_int_equal(writer_alive(root, "ckpt-2"), 0);
 	assert_int_equal(dvar_writer_open_step(&w, root, 4, &opts), DVAR_OK);
 	dvar_writer_free(w);
 	assert_int_equal(dvar_root_list_open(&l, root), DVAR_OK);
