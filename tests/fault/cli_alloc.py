@@ -257,17 +257,18 @@ def main():
         npy = os.path.join(args.work, "a.npy")
         np.save(npy, np.arange(3 * 1024, dtype=np.float32).reshape(3, 1024))
         what = args.what.split(",")
-        for argv in (["inspect", v2], ["inspect", tf], ["verify", v2], ["digest", v2],
-                     ["cat", v2, "emb"], ["diff", v1, v2]) if "cli" in what else ():
-            s.sweep(argv)
-        for argv, dst in () if "cli" not in what else ((["reshard", v2, "R", "--shards", "3"], "R"),
-                          (["export", v2, "E", "--single-shard"], "E"),
-                          (["export", v2, "S.safetensors", "--single-shard"], "S.safetensors"),
-                          (["export", tf, "T", "--format", "tf", "--keep-shards"], "T"),
-                          (["export", v2, "N", "--format", "npy", "--single-shard"], "N"),
-                          (["import", "I", "a=" + npy, "b=" + npy, "--shards", "b=3"], "I")):
-            path = os.path.join(out, dst)
-            s.sweep([path if a == dst else a for a in argv], path)
+        if "cli" in what:
+            for argv in (["inspect", v2], ["inspect", tf], ["verify", v2], ["digest", v2],
+                         ["cat", v2, "emb"], ["diff", v1, v2]):
+                s.sweep(argv)
+            for argv, dst in ((["reshard", v2, "R", "--shards", "3"], "R"),
+                              (["export", v2, "E", "--single-shard"], "E"),
+                              (["export", v2, "S.safetensors", "--single-shard"], "S.safetensors"),
+                              (["export", tf, "T", "--format", "tf", "--keep-shards"], "T"),
+                              (["export", v2, "N", "--format", "npy", "--single-shard"], "N"),
+                              (["import", "I", "a=" + npy, "b=" + npy, "--shards", "b=3"], "I")):
+                path = os.path.join(out, dst)
+                s.sweep([path if a == dst else a for a in argv], path)
         failures = s.failures
         if args.lib and "python" in what:
             here = os.path.dirname(os.path.abspath(__file__))
