@@ -412,14 +412,16 @@ static uint64_t digest(const item *it)
 /* Round 1's payload: the token (NUL-padded), the flags, the item count, the
  * base's digest, then the items'. */
 #define LIST_HEAD (TOKEN_BYTES + 24)
+/* The base's digest in it: 0 without a base. */
+#define LIST_BASE (TOKEN_BYTES + 16)
 
-/* Whether some worker has no base for a delta (its head's digest 0). */
+/* Whether some worker has no base for a delta. */
 static int a_worker_without_base(const save_job *j, const unsigned char *all, const size_t *offs)
 {
 	for (int w = 0; w < j->W; w++) {
 		uint64_t d;
 
-		memcpy(&d, all + offs[w] + TOKEN_BYTES + 16, 8);
+		memcpy(&d, all + offs[w] + LIST_BASE, 8);
 		if (d == 0)
 			return 1;
 	}
@@ -438,7 +440,7 @@ static int compare_lists(const save_job *j, const unsigned char *all, const size
 		memcpy(&fb, b, 8);
 		memcpy(&na, a + 8, 8);
 		memcpy(&nb, b + 8, 8);
-		if (bases && memcmp(a + 16, b + 16, 8) != 0)
+		if (bases && memcmp(all + offs[0] + LIST_BASE, all + offs[w] + LIST_BASE, 8) != 0)
 			return dvar_error_set(DVAR_EINVAL,
 			                      "the workers would save deltas over different checkpoints: "
 			                      "worker %d's last save or restore into this root is not "
