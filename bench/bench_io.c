@@ -365,11 +365,10 @@ static uint64_t find_page(const char *path, const void *want)
  * from where they lie in the checkpoint's data file (the tensor's chunks
  * lie there in order: it was saved with NONE), open included, both ways of
  * bench_raw_read_range; the three take turns to go first, PARTIAL_PAIRS
- * times. When record is set, dvar's median time is recorded, and the raw
- * side's as the way with the lower median: taking the faster of two reads
+ * times. dvar's median time is recorded, and the raw side's as the way
+ * with the lower median: taking the faster of two reads
  * in each pair would set a best of two against dvar's one try. */
-static void bench_partial(const char *dir, const tensor *t, const void *src, void *dst,
-                          int record_it)
+static void bench_partial(const char *dir, const tensor *t, const void *src, void *dst)
 {
 	uint64_t row_bytes = t->bytes / (uint64_t)t->shape.dims[0], got;
 	const unsigned char *want;
@@ -411,8 +410,6 @@ static void bench_partial(const char *dir, const tensor *t, const void *src, voi
 			if ((double)got / need > g.s[S_PARTIAL].bytes_ratio)
 				g.s[S_PARTIAL].bytes_ratio = (double)got / need;
 		}
-	if (!record_it)
-		return;
 	double buffered = bench_median(raw[0], PARTIAL_PAIRS),
 	       direct = bench_median(raw[1], PARTIAL_PAIRS);
 	record(S_RAW_RANGE, need, buffered < direct ? buffered : direct);
@@ -424,12 +421,12 @@ static void bench_partial(const char *dir, const tensor *t, const void *src, voi
 #define SKEW 16
 
 /* (d) on the dense checkpoint saved with AUTO, (e) on the one saved with
- * NONE; recorded when record_it is set. dst has room for SKEW bytes more. */
+ * NONE. dst has room for SKEW bytes more. */
 static void bench_reads(const char *dir, dvar_compress mode, const layout *l, const void *src,
-                        void *dst, int record_it)
+                        void *dst)
 {
 	if (mode == DVAR_COMPRESS_NONE) {
-		bench_partial(dir, &l->t[0], src, dst, record_it);
+		bench_partial(dir, &l->t[0], src, dst);
 		return;
 	}
 	/* Batched, one at a time, and batched into skewed buffers, each run
@@ -441,16 +438,14 @@ static void bench_reads(const char *dir, dvar_compress mode, const layout *l, co
 		unsigned char *d = (unsigned char *)dst + (way == S_RESTORE_SKEWED ? SKEW : 0);
 		memset(dst, 0, g.size + SKEW);
 		bench_drop_caches();
-		double t = restore(dir, l, d, way != S_RESTORE_ONE);
-		if (record_it)
-			record(way, g.size, t);
+		record(way, g.size, restore(dir, l, d, way != S_RESTORE_ONE));
 		if (memcmp(src, d, g.size) != 0)
 			bench_fatal("cold restore returned wrong bytes");
 	}
 }
 
-typedef void (*read_back_fn)(const char *dir, dvar_compress mode, const layout *l,
-                             const void *src, void *dst, int record_it);
+typedef void (*read_back_fn)(const char *dir, dvar_compress mode, const layout *l, const void *src,
+                             void *dst);
 
 /* A way of bench_saves that is no save: a raw O_DIRECT write + fsync of the
  * same bytes, into one file where the checkpoint goes. */
@@ -479,12 +474,13 @@ static double save_way(const char *dir, const layout *l, const void *src, int wa
  * (a control: its two figures differ by the machine's noise alone), and
  * RAW_WRITE times the disk in the same order. Each checkpoint is deleted
  * before the next save (on a disk mounted with `discard` a save right after
- * a big delete runs slower, so every save follows one); read_back, when
- * given, runs on each save before it is deleted, so that every save follows
- * the same work, and records the first pass of a mode's first way only.
+ * a big delete runs slower, so every save follows one). Nothing else runs
+ * between the timed saves, so that each follows the same work: a write and
+ * a delete (a raw write right after the partial reads of (e) ran 2-10 %
+ * slower than one after a write, 5 runs of 5). check_modes reads back after.
  */
-static void bench_saves(int run, const layout *l, const void *src, void *dst, const int *ways,
-                        const int *which, int n, read_back_fn read_back)
+static void bench_saves(int run, const layout *l, const void *src, const int *ways,
+                        const int *which, int n)
 {
 	double secs[MAX_WAYS] = { 0 };
 	char dir[4096];
@@ -494,19 +490,12 @@ static void bench_saves(int run, const layout *l, const void *src, void *dst, co
 
 	snprintf(dir, sizeof(dir), "%s/ckpt", bench_scratch());
 	for (int k = 0; k < 2 * n; k++) {
-		int i = (run + (k < n ? k : 2 * n - 1 - k)) % n, first = 1;
-		for (int j = 0; j < i; j++)
-			first &= ways[j] != ways[i];
+		int i = (run + (k < n ? k : 2 * n - 1 - k)) % n;
 		double t = save_way(dir, l, src, ways[i]);
 		/* O_DIRECT refused (tmpfs): no raw write to record */
 		secs[i] = secs[i] < 0 || t < 0 ? -1 : secs[i] + t;
-		if (ways[i] != RAW_WRITE) {
+		if (ways[i] != RAW_WRITE)
 			g.s[which[i]].bytes_ratio = stored_over_raw(dir);
-			if (run == 0 && k < n)
-				check_roundtrip(dir, l, src, dst);
-			if (read_back)
-				read_back(dir, (dvar_compress)ways[i], l, src, dst, k < n && first);
-		}
 		bench_remove_tree(dir);
 	}
 	for (int i = 0; i < n; i++)
@@ -515,19 +504,42 @@ static void bench_saves(int run, const layout *l, const void *src, void *dst, co
 }
 
 /*
- * An untimed save, read back when read_back is given, and deleted: the
- * first save after the raw I/O ran 15-20 % slower than the one after it,
- * whatever its mode (AUTO 0.86-0.92 GB/s first, 1.11-1.19 second, over 4
- * runs), so no timed save comes first, and each follows what the others do.
+ * Untimed, after bench_saves: a save in each mode of ways[0, n), checked
+ * against src in the first run, read back by read_back when given (every
+ * run), and deleted.
  */
-static void settle(const layout *l, const void *src, void *dst, read_back_fn read_back)
+static void check_modes(int run, const layout *l, const void *src, void *dst, const int *ways,
+                        int n, read_back_fn read_back)
+{
+	char dir[4096];
+
+	snprintf(dir, sizeof(dir), "%s/ckpt", bench_scratch());
+	for (int i = 0; i < n; i++) {
+		int first = ways[i] != RAW_WRITE;
+		for (int j = 0; j < i; j++)
+			first &= ways[j] != ways[i];
+		if (!first || (run > 0 && !read_back))
+			continue;
+		save(dir, l, src, (dvar_compress)ways[i]);
+		if (run == 0)
+			check_roundtrip(dir, l, src, dst);
+		if (read_back)
+			read_back(dir, (dvar_compress)ways[i], l, src, dst);
+		bench_remove_tree(dir);
+	}
+}
+
+/*
+ * An untimed save, deleted: the first save after the raw I/O ran 15-20 %
+ * slower than the one after it, whatever its mode (AUTO 0.86-0.92 GB/s
+ * first, 1.11-1.19 second, over 4 runs), so no timed save comes first.
+ */
+static void settle(const layout *l, const void *src)
 {
 	char dir[4096];
 
 	snprintf(dir, sizeof(dir), "%s/ckpt", bench_scratch());
 	save(dir, l, src, DVAR_COMPRESS_NONE);
-	if (read_back)
-		read_back(dir, DVAR_COMPRESS_NONE, l, src, dst, 0);
 	bench_remove_tree(dir);
 }
 
@@ -569,15 +581,18 @@ static void one_run(int run, const layout *mixed, const layout *table, const lay
 	fprintf(stderr, "run %d/%d:", run + 1, g.runs);
 	fill_dense(src, g.size / 4);
 	bench_raw(src, dst);
-	settle(mixed, src, dst, bench_reads);
-	bench_saves(run, mixed, src, dst, dense_ways, dense, 4, bench_reads);
+	settle(mixed, src);
+	bench_saves(run, mixed, src, dense_ways, dense, 4);
+	check_modes(run, mixed, src, dst, dense_ways, 4, bench_reads);
 	bench_small(run, small, src, dst);
 
 	fill_row_sparse(src, g.size / 512, 128);
-	bench_saves(run, table, src, dst, all, rows, 4, NULL);
+	bench_saves(run, table, src, all, rows, 4);
+	check_modes(run, table, src, dst, all, 4, NULL);
 
 	fill_element_sparse(src, g.size / 4);
-	bench_saves(run, mixed, src, dst, auto_none, elems, 3, NULL);
+	bench_saves(run, mixed, src, auto_none, elems, 3);
+	check_modes(run, mixed, src, dst, auto_none, 3, NULL);
 
 	fprintf(stderr,
 	        " O_DIRECT write %.2f (in turn %.2f), cold read %.2f | dense AUTO %.2f NONE %.2f "
