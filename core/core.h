@@ -121,12 +121,14 @@ void dvar_pool_free(dvar_pool *pool); /* NULL is a no-op */
 int dvar_pool_size(const dvar_pool *pool);
 
 /* O_DIRECT reads or writes a pool keeps in flight at least: one per CPU
- * leaves a disk with a deep queue (virtio, NVMe) idle between them, while
- * each thread checksums what it read or is about to write. */
+ * leaves a disk with a deep queue (virtio, NVMe) idle between them. */
 #define DVAR_IO_DEPTH 4
 
-/** Threads of a pool doing O_DIRECT I/O: as asked (threads > 0), or the
- *  online CPUs and at least DVAR_IO_DEPTH. */
+/** Threads of a pool doing O_DIRECT I/O: as asked (threads > 0), or
+ *  DVAR_IO_DEPTH more than the online CPUs. A thread has no I/O in flight
+ *  while it checksums what it read or is about to write, so that many stay
+ *  in flight only beside a thread per CPU at work (2 CPUs: 1 GiB saves ran
+ *  2-3 % faster with 6 or 8 threads than with 4, in 21 of 24 pairs). */
 int dvar_pool_io_threads(int threads);
 
 /**

@@ -141,7 +141,7 @@ int dvar_pool_io_threads(int threads)
 {
 	if (threads > 0)
 		return threads;
-	return dvar_cpus() > DVAR_IO_DEPTH ? dvar_cpus() : DVAR_IO_DEPTH;
+	return dvar_cpus() + DVAR_IO_DEPTH;
 }
 
 int dvar_pool_create(dvar_pool **out, int n)

@@ -462,7 +462,7 @@ static double cpu_share(const dvar_cost *a)
  * machine turns compression off rather than slowing the save. With as many
  * threads as CPUs that is the encoding's clock time over coders * r.
  * The threads' writes together take about what one thread sees, divided
- * by the threads (more than the CPUs: DVAR_IO_DEPTH); and the flush at
+ * by the threads (DVAR_IO_DEPTH more than the CPUs); and the flush at
  * the commit comes after, per stored byte. lz4's encoding and its writes
  * overlap (one thread compresses while another writes), so the slower of
  * the two.

@@ -52,8 +52,9 @@ typedef struct {
 	uint64_t chunk_size;    /**< raw bytes per chunk; 0 = 4 MiB. A multiple of
 	                             4096 from 4096 to 1 GiB. */
 	dvar_compress compress; /**< default DVAR_COMPRESS_AUTO */
-	int threads;            /**< compression/checksum/write threads; 0 = CPUs, and at
-	                             least 4 (4 O_DIRECT writes in flight) */
+	int threads;            /**< compression/checksum/write threads; 0 = the CPUs and
+	                             4 more (4 O_DIRECT writes in flight while every CPU
+	                             checksums) */
 	uint32_t flags;         /**< DVAR_WRITE_* */
 	int keep_last;          /**< dvar_writer_open_step: keep this many; 0 = all */
 	dvar_progress_fn progress;
@@ -352,8 +353,9 @@ DVAR_EXTERN(int) dvar_writer_abort_step_parts(const char *root, int64_t step, co
 
 typedef struct {
 	unsigned int version; /**< DVAR_READ_OPTIONS_VERSION */
-	int threads;          /**< read/decompress threads; 0 = CPUs, and at least 4 for reads
-	                           that can go around the page cache (4 in flight) */
+	int threads;          /**< read/decompress threads; 0 = the CPUs, and 4 more for
+	                           reads that go around the page cache (4 in flight while
+	                           every CPU checksums) */
 	dvar_progress_fn progress;
 	void *progress_userdata;
 	unsigned int flags; /**< version 2: DVAR_READ_* */

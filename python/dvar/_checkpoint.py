@@ -104,7 +104,8 @@ def open(path: PathLike, *, raw_bfloat16: bool = False, threads: int = 0,  # noq
         raw_bfloat16: read bfloat16 variables as their raw ``uint16`` bits
             instead of widening them to ``float32`` (NumPy has no
             bfloat16).
-        threads: read and decompress threads; 0 uses every CPU.
+        threads: read and decompress threads; 0 uses every CPU, and 4
+            more threads for reads that go around the page cache.
         cache: keep what is read in the page cache, so that reading it again
             (in this process or another) is a copy from memory. By default
             large reads of data not cached yet go from the disk straight

@@ -49,7 +49,7 @@ def save(path, arrays: Mapping[str, Any], *, shards: Optional[Mapping[str, int]]
         step: write ``path/ckpt-<step>`` and make it the root's latest.
         keep_last: with ``step``, keep only this many checkpoints (0: all).
         chunk_size: raw bytes per chunk, a multiple of 4096 (0: 4 MiB).
-        threads: writer threads (0: every CPU, and at least 4).
+        threads: writer threads (0: every CPU and 4 more).
         fsync: flush to disk before committing (off for scratch data).
         progress: ``None`` for a tqdm bar on a terminal (when tqdm is
             installed), ``False`` for none, or a callable ``(done, total)``.

@@ -210,9 +210,10 @@ static void test_format_direct__whole(void **state)
 }
 
 /* Threads a default reader starts for a whole read of "big" (4 chunks, 3 of
- * them long enough for O_DIRECT): the whole pool (at least 4), whose reads
- * keep the disk busy, wherever the destination lies; as many as CPUs when
- * every read goes through the page cache, which reads ahead for them. */
+ * them long enough for O_DIRECT): the whole pool (DVAR_IO_DEPTH more than
+ * the CPUs), whose reads keep the disk busy, wherever the destination lies;
+ * as many as CPUs when every read goes through the page cache, which reads
+ * ahead for them. */
 static void test_format_direct__width(void **state)
 {
 	static const struct {
@@ -221,7 +222,7 @@ static void test_format_direct__width(void **state)
 	} cases[] = { { DVAR_DIRECT_AUTO, 0 }, { DVAR_DIRECT_AUTO, 16 }, { DVAR_DIRECT_OFF, 0 } };
 	fixture *f = *state;
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-	int tasks = 4, pool = cpus > 4 ? (int)cpus : 4;
+	int tasks = 4, pool = (int)cpus + DVAR_IO_DEPTH;
 	int narrow = (cpus < tasks ? (int)cpus : tasks) - 1, wide = (pool < tasks ? pool : tasks) - 1;
 	size_t n = (size_t)ROWS * ROW_BYTES;
 	void *base;

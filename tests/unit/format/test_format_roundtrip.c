@@ -265,15 +265,14 @@ static void test_format_roundtrip__partial_read_bytes(void **state)
 	free(path);
 }
 
-/* A default writer keeps DVAR_IO_DEPTH writes in flight, however few the
- * CPUs: a tensor of 8 chunks starts that many threads, the caller's
- * included, and reads back equal. */
+/* A default writer keeps DVAR_IO_DEPTH writes in flight beside a thread
+ * per CPU, however few the CPUs: a tensor of 8 chunks starts that many
+ * threads (at most 8), the caller's included, and reads back equal. */
 static void test_format_roundtrip__writer_threads(void **state)
 {
 	const char *dir = *state;
 	char *path = tu_path(dir, "threads");
-	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-	int pool = cpus > DVAR_IO_DEPTH ? (int)cpus : DVAR_IO_DEPTH;
+	int pool = (int)sysconf(_SC_NPROCESSORS_ONLN) + DVAR_IO_DEPTH;
 	const int64_t dims[2] = { 8 * 16, 1024 }; /* 8 chunks of 64 KiB */
 	dvar_shape shape;
 	dvar_shape_init(&shape, 2, dims);
