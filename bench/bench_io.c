@@ -661,7 +661,7 @@ static void report(const layout *mixed)
 	char label[96], threads[32];
 
 	bench_threads_text(threads, sizeof(threads), g.threads);
-	printf("\ndvar_bench_io: %llu MiB per case, %d run%s, %s CPU threads, scratch in %s\n",
+	printf("\ndvar_bench_io: %llu MiB per case, %d run%s, threads %s, scratch in %s\n",
 	       (unsigned long long)(g.size / BENCH_MIB), g.runs, g.runs > 1 ? "s" : "", threads, g.dir);
 	printf("GB/s = 1e9 bytes of tensor data per second, median [min-max] over the runs;\n"
 	       "vs raw = median of the per-run ratios; reads are %s\n\n", rd);
@@ -749,12 +749,13 @@ static void report(const layout *mixed)
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: dvar_bench_io [--size-mb N] [--dir DIR] [--runs N] [--threads N]\n"
-	           "  --size-mb N   MiB of tensor data per case (default 1024, at least 8)\n"
-	           "  --dir DIR     where scratch checkpoints go (default $TMPDIR or /tmp)\n"
-	           "  --runs N      runs; medians are reported (default 6, max %d)\n"
-	           "  --threads N   dvar writer/reader threads (default 0 = all CPUs)\n"
-	           "Run as root so the page cache can be dropped before each read.\n",
+	fprintf(f,
+	        "usage: dvar_bench_io [--size-mb N] [--dir DIR] [--runs N] [--threads N]\n"
+	        "  --size-mb N   MiB of tensor data per case (default 1024, at least 8)\n"
+	        "  --dir DIR     where scratch checkpoints go (default $TMPDIR or /tmp)\n"
+	        "  --runs N      runs; medians are reported (default 6, max %d)\n"
+	        "  --threads N   dvar writer/reader threads (default 0: the CPUs + 4)\n"
+	        "Run as root so the page cache can be dropped before each read.\n",
 	        BENCH_MAX_SAMPLES);
 }
 

@@ -603,7 +603,7 @@ static void usage(FILE *f)
 	        "                     (default $TMPDIR or /tmp)\n"
 	        "  --repeat N         repeats; medians are reported (default 5, max %d)\n"
 	        "  --warmup N         untimed dvar_save + dvar_save_async pairs first (default 1)\n"
-	        "  --threads N        writer threads per worker (default 0 = all CPUs)\n"
+	        "  --threads N        writer threads per worker (default 0: the CPUs + 4)\n"
 	        "  --compress MODE    none (default), auto or lz4\n"
 	        "  --no-fsync         skip fsync in every write (default: fsync'ed writes)\n"
 	        "  --progress, --no-progress\n"
