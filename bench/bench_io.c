@@ -366,8 +366,8 @@ static uint64_t find_page(const char *path, const void *want)
  * lie there in order: it was saved with NONE), open included, both ways of
  * bench_raw_read_range; the three take turns to go first, PARTIAL_PAIRS
  * times. dvar's median time is recorded, and the raw side's as the way
- * with the lower median: taking the faster of two reads
- * in each pair would set a best of two against dvar's one try. */
+ * with the lower median: taking the faster of two reads in each pair
+ * would set a best of two against dvar's one try. */
 static void bench_partial(const char *dir, const tensor *t, const void *src, void *dst)
 {
 	uint64_t row_bytes = t->bytes / (uint64_t)t->shape.dims[0], got;
@@ -658,7 +658,7 @@ static void report(const layout *mixed)
 	const char *rdb = g.cold ? "cold read" : "warm read";
 	const tensor *t0 = &mixed->t[0];
 	static const bench_goal_style style = { 76, 6, 4, 0, 1 };
-	char label[96], threads[32];
+	char label[96], threads[64];
 
 	bench_threads_text(threads, sizeof(threads), g.threads);
 	printf("\ndvar_bench_io: %llu MiB per case, %d run%s, threads %s, scratch in %s\n",
@@ -754,7 +754,7 @@ static void usage(FILE *f)
 	        "  --size-mb N   MiB of tensor data per case (default 1024, at least 8)\n"
 	        "  --dir DIR     where scratch checkpoints go (default $TMPDIR or /tmp)\n"
 	        "  --runs N      runs; medians are reported (default 6, max %d)\n"
-	        "  --threads N   dvar writer/reader threads (default 0: the CPUs + 4)\n"
+	        "  --threads N   dvar writer/reader threads (default 0: the library's)\n"
 	        "Run as root so the page cache can be dropped before each read.\n",
 	        BENCH_MAX_SAMPLES);
 }

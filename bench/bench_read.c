@@ -69,7 +69,7 @@ static void usage(FILE *f)
 	    "  --size-mb N    MiB of float32 in the variable (default 1024; at least 8)\n"
 	    "  --runs N       runs; each figure is the median, with min and max (default 5)\n"
 	    "  --dir DIR      where the scratch folder goes (default $TMPDIR or /tmp)\n"
-	    "  --threads N    reader threads (default 0: the CPUs + 4)\n"
+	    "  --threads N    reader threads (default 0: the library's)\n"
 	    "  --prefaulted   read into one buffer touched up front, not a fresh one each time\n");
 }
 
@@ -298,7 +298,7 @@ int main(int argc, char **argv)
 	bench_raw_write(g.raw_path, src, g.size, 0, 1);
 	bench_syncfs(g.dir);
 
-	char th[32];
+	char th[64];
 	bench_threads_text(th, sizeof(th), g.threads);
 	printf("dvar_bench_read: dvar %s, a float32 variable of %llu MiB (raw chunks), %d runs, "
 	       "reader threads %s, %s destination, scratch %s\n", dvar_version(),

@@ -518,7 +518,7 @@ static void report(void)
 	const char *dio = g.direct_ok ? "O_DIRECT" : "buffered";
 	double lo, hi, cost = check_cost(&lo, &hi);
 	static const bench_goal_style style = { 58, 8, 22, 1, 0 };
-	char label[96], threads[32];
+	char label[96], threads[64];
 
 	bench_threads_text(threads, sizeof threads, g.threads);
 
@@ -603,7 +603,7 @@ static void usage(FILE *f)
 	        "                     (default $TMPDIR or /tmp)\n"
 	        "  --repeat N         repeats; medians are reported (default 5, max %d)\n"
 	        "  --warmup N         untimed dvar_save + dvar_save_async pairs first (default 1)\n"
-	        "  --threads N        writer threads per worker (default 0: the CPUs + 4)\n"
+	        "  --threads N        writer threads per worker (default 0: the library's)\n"
 	        "  --compress MODE    none (default), auto or lz4\n"
 	        "  --no-fsync         skip fsync in every write (default: fsync'ed writes)\n"
 	        "  --progress, --no-progress\n"

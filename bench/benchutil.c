@@ -206,7 +206,7 @@ void bench_threads_text(char *out, size_t cap, int threads)
 	if (threads > 0)
 		snprintf(out, cap, "%d", threads);
 	else
-		snprintf(out, cap, "the default (%ld CPUs + 4)", sysconf(_SC_NPROCESSORS_ONLN));
+		snprintf(out, cap, "the library's default for %ld CPUs", sysconf(_SC_NPROCESSORS_ONLN));
 }
 
 /* ------------------------------------------------------------------ timing */

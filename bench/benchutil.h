@@ -78,9 +78,9 @@ const char *bench_compress_name(dvar_compress c);
 /* $TMPDIR when set and not empty, else /tmp. */
 const char *bench_default_dir(void);
 
-/* "N" for threads > 0, else the library's default: the online CPUs and 4
- * more where threads do O_DIRECT I/O (the reader's reads through the page
- * cache use one per CPU). */
+/* "N" for threads > 0, else the library's default for the online CPUs,
+ * which include/dvar/format.h states (the count is the library's rule, not
+ * restated here). */
 void bench_threads_text(char *out, size_t cap, int threads);
 
 /* ------------------------------------------------------------------ timing */
