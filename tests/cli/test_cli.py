@@ -57,10 +57,9 @@ class CliCase(unittest.TestCase):
 
     def setUp(self):
         self.dir = tempfile.mkdtemp(prefix="dvar-cli-")
+        # A cleanup, not tearDown: it runs even when a setUp skips or fails.
+        self.addCleanup(shutil.rmtree, self.dir, True)
         self.rng = np.random.default_rng(zlib.crc32(self.id().encode()))
-
-    def tearDown(self):
-        shutil.rmtree(self.dir, ignore_errors=True)
 
     def path(self, *parts):
         return os.path.join(self.dir, *parts)

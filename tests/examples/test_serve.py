@@ -66,13 +66,12 @@ class ServeCase(unittest.TestCase):
 
     def setUp(self):
         self.dir = tempfile.mkdtemp(prefix="dvar-serve-")
+        # A cleanup, not tearDown: it runs even when a setUp skips or fails.
+        self.addCleanup(shutil.rmtree, self.dir, True)
         self.rng = np.random.default_rng(zlib.crc32(self.id().encode()))
         self.emb = (self.rng.standard_normal((VOCAB, DIM)) * 0.5).astype(np.float32)
         self.kernel = self.rng.standard_normal((DIM + FEATURES, 1)).astype(np.float32)
         self.bias = np.array([self.rng.standard_normal()], np.float32)
-
-    def tearDown(self):
-        shutil.rmtree(self.dir, ignore_errors=True)
 
     def path(self, *parts):
         return os.path.join(self.dir, *parts)

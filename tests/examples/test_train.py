@@ -38,9 +38,8 @@ QUERIES = """# a comment, then queries
 class TrainCase(unittest.TestCase):
     def setUp(self):
         self.dir = tempfile.mkdtemp(prefix="dvar-train-")
-
-    def tearDown(self):
-        shutil.rmtree(self.dir, ignore_errors=True)
+        # A cleanup, not tearDown: it runs even when a setUp skips or fails.
+        self.addCleanup(shutil.rmtree, self.dir, True)
 
     def path(self, *parts):
         return os.path.join(self.dir, *parts)
