@@ -3,6 +3,7 @@
  * A mark is one relaxed atomic store per changed row: an update of k rows
  * costs k stores next to the k rows it writes; a whole update costs one.
  */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,6 +17,7 @@ int dvar_track_init(dvar_track *t, uint64_t rows)
 	t->rows = rows ? rows : 1;
 	atomic_init(&t->epoch, 1);
 	atomic_init(&t->whole, 0);
+	atomic_init(&t->held, 0);
 	if ((size_t)t->rows != t->rows || !(t->marks = calloc((size_t)t->rows, sizeof(*t->marks))))
 		return dvar_error_set(DVAR_ENOMEM, "out of memory for the change marks of %llu rows",
 		                      (unsigned long long)t->rows);
@@ -33,8 +35,67 @@ void dvar_track_fini(dvar_track *t)
 	memset(t, 0, sizeof(*t));
 }
 
+/* Holds last a save's replica check and are few: one lock serves every
+ * tracker, with a condition for releases and one for helpers leaving. */
+static pthread_mutex_t hold_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t hold_done = PTHREAD_COND_INITIALIZER;
+static pthread_cond_t help_done = PTHREAD_COND_INITIALIZER;
+
+void dvar_track_hold(dvar_track *t, dvar_track_helper *h)
+{
+	pthread_mutex_lock(&hold_lock);
+	atomic_fetch_add(&t->held, 1);
+	if (h)
+		t->helper = h;
+	pthread_mutex_unlock(&hold_lock);
+}
+
+void dvar_track_release(dvar_track *t)
+{
+	pthread_mutex_lock(&hold_lock);
+	if (atomic_fetch_sub(&t->held, 1) == 1)
+		t->helper = NULL;
+	pthread_cond_broadcast(&hold_done);
+	pthread_mutex_unlock(&hold_lock);
+}
+
+void dvar_track_wait(dvar_track *t)
+{
+	if (!atomic_load(&t->held))
+		return;
+	pthread_mutex_lock(&hold_lock);
+	while (atomic_load(&t->held)) {
+		dvar_track_helper *h = t->helper;
+
+		if (h) {
+			/* Entered under the lock that clears t->helper: h stays until drained. */
+			h->active++;
+			pthread_mutex_unlock(&hold_lock);
+			int helped = h->help(h->arg, t);
+			pthread_mutex_lock(&hold_lock);
+			if (--h->active == 0)
+				pthread_cond_broadcast(&help_done);
+			if (helped)
+				continue;
+		}
+		/* Nothing left to take: the last pieces are someone else's. */
+		if (atomic_load(&t->held))
+			pthread_cond_wait(&hold_done, &hold_lock);
+	}
+	pthread_mutex_unlock(&hold_lock);
+}
+
+void dvar_track_helper_drain(dvar_track_helper *h)
+{
+	pthread_mutex_lock(&hold_lock);
+	while (h->active)
+		pthread_cond_wait(&help_done, &hold_lock);
+	pthread_mutex_unlock(&hold_lock);
+}
+
 void dvar_track_rows(dvar_track *t, const int64_t *rows, size_t n)
 {
+	dvar_track_wait(t);
 	uint32_t e = atomic_load_explicit(&t->epoch, memory_order_relaxed);
 	for (size_t k = 0; k < n; k++)
 		if (rows[k] >= 0 && (uint64_t)rows[k] < t->rows)
@@ -43,6 +104,7 @@ void dvar_track_rows(dvar_track *t, const int64_t *rows, size_t n)
 
 void dvar_track_range(dvar_track *t, uint64_t first, uint64_t n)
 {
+	dvar_track_wait(t);
 	uint32_t e = atomic_load_explicit(&t->epoch, memory_order_relaxed);
 	for (uint64_t r = first; r < first + n && r < t->rows; r++)
 		atomic_store_explicit(&t->marks[r], e, memory_order_relaxed);
@@ -50,6 +112,7 @@ void dvar_track_range(dvar_track *t, uint64_t first, uint64_t n)
 
 void dvar_track_all(dvar_track *t)
 {
+	dvar_track_wait(t);
 	atomic_store_explicit(&t->whole, atomic_load_explicit(&t->epoch, memory_order_relaxed),
 	                      memory_order_relaxed);
 }

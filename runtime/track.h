@@ -11,8 +11,15 @@
  * restore from it). A row changed since then is a row whose mark is later,
  * or every row when the whole variable was updated later.
  *
- * Threads: marking is lock-free (replica threads mark concurrently); the
- * roots list is the strategy thread's (saves and restores run there).
+ * Holds: every update marks before it writes, so a mark is where an update
+ * can wait. An asynchronous save holds the trackers of the values it still
+ * has to read (the replica check, store/stage.c); a mark waits until they
+ * are released, and dvar_variable_free does too, each helping with that
+ * work meanwhile rather than sleeping.
+ *
+ * Threads: marking is lock-free (replica threads mark concurrently) unless
+ * held; the roots list is the strategy thread's (saves and restores run
+ * there).
  * Ownership: a tracker owns its marks and roots; it lives in its variable.
  */
 #ifndef DVAR_RUNTIME_TRACK_H
@@ -40,7 +47,20 @@ typedef struct dvar_track {
 	_Atomic uint32_t *marks; /* per row: the last epoch it was updated in; NULL: none yet */
 	dvar_track_base *bases;
 	size_t num_bases;
+	atomic_uint held;                 /* holds not yet released */
+	struct dvar_track_helper *helper; /* the holder's; guarded by track.c's lock */
 } dvar_track;
+
+/*
+ * What a waiter on a held tracker does instead of sleeping: help(arg, t)
+ * does a piece of the work that ends holds (t's first), returning 0 when
+ * no piece is left to take. The holder owns it and drains it before it goes.
+ */
+typedef struct dvar_track_helper {
+	int (*help)(void *arg, const dvar_track *t);
+	void *arg;
+	unsigned active; /* waiters inside help; guarded by track.c's lock */
+} dvar_track_helper;
 
 /* A tracker of rows rows with nothing marked. DVAR_ENOMEM when the marks
  * cannot be had (they take 4 bytes a row). */
@@ -53,6 +73,16 @@ void dvar_track_rows(dvar_track *t, const int64_t *rows, size_t n);
 void dvar_track_range(dvar_track *t, uint64_t first, uint64_t n);
 /* Mark every row changed. */
 void dvar_track_all(dvar_track *t);
+
+/* Hold t: marks (so updates) wait until as many releases, helping h (may
+ * be NULL: one holder at a time has a helper). */
+void dvar_track_hold(dvar_track *t, dvar_track_helper *h);
+void dvar_track_release(dvar_track *t);
+/* Wait until t is not held, helping its holder meanwhile. */
+void dvar_track_wait(dvar_track *t);
+/* Wait until no waiter is inside h->help; then h may go (once nothing it
+ * helps is held any more, none enters it again). */
+void dvar_track_helper_drain(dvar_track_helper *h);
 
 /* A save's view: the epoch it ends; later updates mark a later one. */
 uint32_t dvar_track_snapshot(dvar_track *t);

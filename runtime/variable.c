@@ -324,6 +324,8 @@ void dvar_variable_free(dvar_variable *v)
 {
 	if (!v)
 		return;
+	/* A pending save may still be reading the components. */
+	dvar_track_wait(&v->track);
 	for (int i = 0; i < v->replicas; i++) {
 		if (v->names)
 			free(v->names[i]);

@@ -9,13 +9,13 @@
  *      chief, the save's token; every worker's list digest must match
  *      worker 0's;
  *   2. the plan (one writer per item, plan.c) and the staging run
- *      (stage.c): in replica
- *      context, ON_READ SUM and MEAN aggregates (collectives every worker
- *      takes part in), each replica's per-chunk checksums of the mirrored
- *      values and, for an asynchronous save, the copies of what this worker
- *      writes;
- *   3. every worker opens its part (data file); the checksums travel to
- *      every worker, which all reach the same verdict on the replicas.
+ *      (stage.c): in replica context, ON_READ SUM and MEAN aggregates
+ *      (collectives every worker takes part in) and, for an asynchronous
+ *      save, the copies of what this worker writes;
+ *   3. every worker opens its part (data file); the replicas are checked
+ *      while it is written (stage.c), and the checksums travel to every
+ *      worker, which all reach the same verdict on the replicas (for an
+ *      asynchronous save, in round 4).
  * Then this worker's items are written into its part: inline for dvar_save,
  * in a background thread for dvar_save_async. finish(), collective:
  *   4. every part finished, its entries to the chief;
@@ -25,7 +25,9 @@
  * no peer waits for it; its failure surfaces at the next agreement.
  *
  * Ownership: a job owns copies of everything it needs after begin()
- * returns; the strategy's store slot owns a pending asynchronous job.
+ * returns, except the values its replica check still reads, which it holds
+ * (track.h) instead; the strategy's store slot owns a pending asynchronous
+ * job.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -801,6 +803,8 @@ static int new_job(save_job **out, dvar_strategy *s, int64_t step, int async)
 	j->wopts = defaults;
 	j->t0 = dvar_now();
 	atomic_init(&j->written, 0);
+	atomic_init(&j->check_from, 0);
+	atomic_init(&j->unchecked, 0);
 	return DVAR_OK;
 }
 
@@ -814,11 +818,13 @@ static void start_writing(save_job *j)
 		write_part(j);
 }
 
+/* The part's writes and, asynchronous, the replica check: both stopped. */
 static void stop_writing(save_job *j)
 {
 	if (j->threaded)
 		pthread_join(j->thread, NULL);
 	j->threaded = 0;
+	dvar_store_check_join(j);
 }
 
 /*
@@ -847,7 +853,7 @@ static int begin(save_job *j, const char *root, dvar_variable *const *vars, size
 	if ((rc = dvar_store_decide_delta(j)) != DVAR_OK)
 		return rc; /* agreed */
 
-	/* Round 2: aggregates (and, asynchronous, copies and checksums). */
+	/* Round 2: aggregates (and, asynchronous, the copies). */
 	keep(&j->stage_error, dvar_store_stage_alloc(j));
 	if ((rc = dvar_store_stage(j, PHASE_VALUES)) != DVAR_OK)
 		return rc;
@@ -878,8 +884,10 @@ static int begin(save_job *j, const char *root, dvar_variable *const *vars, size
 		if (marks)
 			rc = dvar_store_agree_on_replicas(j, j->async ? DVAR_OK
 			                                               : dvar_store_stage(j, PHASE_CHECK));
-		if (rc == DVAR_OK)
+		if (rc == DVAR_OK) {
 			start_writing(j);
+			dvar_store_check_start(j);
+		}
 		if (rc == DVAR_OK && !marks && !j->late_verdict)
 			rc = dvar_store_agree_on_replicas(j, dvar_store_stage(j, PHASE_CHECK));
 	}
@@ -1167,7 +1175,7 @@ int dvar_save_poll(dvar_strategy *s, int *done)
 		*done = 1;
 		return DVAR_OK;
 	}
-	mine = (unsigned char)atomic_load(&j->written);
+	mine = (unsigned char)(atomic_load(&j->written) && atomic_load(&j->unchecked) == 0);
 	if ((rc = dvar_store_all_gather(s, &mine, 1, &all, NULL)) != DVAR_OK)
 		return rc;
 	for (int w = 0; w < j->W; w++)

@@ -33,7 +33,8 @@ typedef struct {
 	size_t nbytes;
 	int kind;
 	int sync, agg;
-	dvar_variable *v;     /* a distributed variable's; not used after begin() */
+	dvar_variable *v;     /* a distributed variable's; after begin(), only by the
+	                         replica check of an asynchronous save (held) */
 	const void *src;      /* a plain tensor's or this worker's shard's elements, or
 	                         NULL; not used after begin() */
 	int64_t shard, nshards; /* KIND_SHARDED: which shard of how many */
@@ -54,6 +55,11 @@ typedef struct {
 	uint64_t nrows;
 	size_t row_bytes;     /* bytes of one row of the value */
 	int packed;           /* data holds just the rows (staged so), not the whole value */
+	/* An asynchronous save's replica check on host memory (stage.c): v's
+	 * tracker, held until every piece of v is checked; its pieces taken by
+	 * the check's thread and by updates waiting for v; pieces not done. */
+	dvar_track *hold;
+	atomic_size_t claimed, left;
 } item;
 
 /* Keep a message across later calls that overwrite the error record. */
@@ -96,6 +102,11 @@ typedef struct {
 	int phase;               /* what a staging run does (PHASE_*) */
 	int late_verdict;        /* asynchronous: judged by finish(), see stage.c */
 	saved_error stage_error; /* a local failure the staging run reports */
+	pthread_t checker;       /* an asynchronous save's replica check, on host memory */
+	int checking;            /* checker runs, to be joined */
+	dvar_track_helper helper; /* how updates waiting for a held value help the check */
+	atomic_size_t check_from; /* the first item that may have pieces to take */
+	atomic_size_t unchecked;  /* held items not yet released */
 
 	/* The part's write, inline or in the background. */
 	pthread_t thread;
@@ -108,11 +119,13 @@ typedef struct {
 
 /*
  * What a staging run does. PHASE_VALUES, before anything is written: the
- * aggregates and, for an asynchronous save, the copies and the replica
- * check (fused: the state changes once the call returns; the checksums of
- * what this worker writes come later, from its staged copy). PHASE_CHECK,
- * for a synchronous save, while its part is being written: the replica
- * check alone, which then costs CPU time the disk would leave idle.
+ * aggregates and, for an asynchronous save, the copies (with
+ * DVAR_SAVE_ALLOW_REPLICA_MISMATCH, fused with the replica check, whose
+ * verdict the entries need; on GPUs, the other replicas' checksums).
+ * PHASE_CHECK, while the part is being written: the replica check alone,
+ * which then costs CPU time the disk would leave idle; for a synchronous
+ * save a staging run, for an asynchronous one on host memory a thread of
+ * its own after the call returned (dvar_store_check_start).
  */
 enum { PHASE_VALUES, PHASE_CHECK };
 
@@ -136,6 +149,17 @@ void dvar_store_point_at_data(save_job *j);
 /* The checksums an asynchronous save takes of its own share from the staged
  * copies, in the background (no MPI: called while the part is written). */
 void dvar_store_checksum_deferred(save_job *j);
+
+/*
+ * An asynchronous save on host memory, once its part is being written:
+ * hold the trackers of the values its replica check compares (track.h: an
+ * update of one waits until it has been read, helping meanwhile) and check
+ * them in a thread of its own, releasing each once read. Nothing otherwise.
+ */
+void dvar_store_check_start(save_job *j);
+/* Wait for that check (every value released, no helper left); nothing if
+ * none runs. */
+void dvar_store_check_join(save_job *j);
 
 /* The replica verdict, collective, the same on every worker; rc is this
  * worker's status so far. */

@@ -4,6 +4,7 @@
  * the staging arena (from GPUs through runtime/device.h), and the checksums
  * of mirrored replicas, compared across every worker before a commit.
  */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -50,17 +51,25 @@ static int reduced(const item *it)
 }
 
 /*
- * An asynchronous save checksums the primary's share from its staged copy,
- * in the background, rather than before returning: the stall is then the
- * copy, and the replicas are judged when the save is finished. Not with
- * DVAR_SAVE_ALLOW_REPLICA_MISMATCH: its mark goes into the entries, so the
- * verdict must come before they are written.
+ * An asynchronous save judges the replicas when the save is finished, so
+ * that the stall is the copy (not with DVAR_SAVE_ALLOW_REPLICA_MISMATCH: its
+ * mark goes into the entries, so the verdict must come before they are
+ * written). On host memory the check reads the values after the call
+ * returns, holding them (dvar_store_check_start); on GPUs the other
+ * replicas are checksummed before the return, and the primary's share from
+ * its staged copy, in the background.
  */
 static int defers(const save_job *j, const item *it, int local)
 {
 	/* A delta stages changed rows (or nothing): its checksums come from the value. */
-	return j->late_verdict && it->checked && local == 0 && it->writer == j->worker &&
-	       it->delta == DVAR_DELTA_WHOLE;
+	return j->late_verdict && dvar_mem_on_device(j->s) && it->checked && local == 0 &&
+	       it->writer == j->worker && it->delta == DVAR_DELTA_WHOLE;
+}
+
+/* The phase in which host replicas are compared (save.h). */
+static int check_phase(const save_job *j)
+{
+	return j->async && !j->late_verdict ? PHASE_VALUES : PHASE_CHECK;
 }
 
 #define PAGE_ROUND(n) (((n) + 4095u) & ~(size_t)4095u)
@@ -216,7 +225,7 @@ static int host_work(const save_job *j, const item *it)
 		return 0;
 	if (j->phase == PHASE_VALUES && it->owned && !it->packed)
 		work |= DO_COPY; /* into staging, for the writer */
-	if (it->checked && (j->async ? j->phase == PHASE_VALUES : j->phase == PHASE_CHECK)) {
+	if (it->checked && j->phase == check_phase(j)) {
 		if (j->R > 1)
 			work |= DO_COMPARE;
 		if (j->W > 1 && !defers(j, it, 0))
@@ -365,12 +374,99 @@ void dvar_store_point_at_data(save_job *j)
 
 void dvar_store_checksum_deferred(save_job *j)
 {
-	/* One worker's host replicas are compared byte for byte: no checksums. */
-	if (j->W == 1 && !dvar_mem_on_device(j->s))
-		return;
 	for (size_t i = 0; i < j->n; i++)
 		if (defers(j, &j->items[i], 0))
 			checksum(j->sums + j->items[i].chunk0, j->items[i].owned, j->items[i].nbytes);
+}
+
+static size_t pieces(const item *it)
+{
+	return (it->nbytes + CHECK_CHUNK - 1) / CHECK_CHUNK;
+}
+
+/* Take and check a piece of held item it; 0 when none is left to take. The
+ * last piece done releases it. */
+static int check_one(save_job *j, item *it)
+{
+	size_t k = atomic_fetch_add(&it->claimed, 1);
+
+	if (k >= pieces(it))
+		return 0;
+	stage_piece(j, it, host_work(j, it), k * CHECK_CHUNK);
+	if (atomic_fetch_sub(&it->left, 1) == 1) {
+		dvar_track_release(it->hold);
+		atomic_fetch_sub(&j->unchecked, 1);
+	}
+	return 1;
+}
+
+/* dvar_track_helper: a piece of t's value (NULL: none), else the first left. */
+static int check_some(void *arg, const dvar_track *t)
+{
+	save_job *j = arg;
+
+	for (size_t i = 0; t && i < j->n; i++)
+		if (j->items[i].hold == t) {
+			if (check_one(j, &j->items[i]))
+				return 1;
+			break;
+		}
+	/* check_from only skips items with nothing left: a racy store that
+	 * moves it back costs a rescan, never a piece. */
+	for (size_t i = atomic_load(&j->check_from); i < j->n; i++) {
+		if (j->items[i].hold && check_one(j, &j->items[i]))
+			return 1;
+		atomic_store(&j->check_from, i + 1);
+	}
+	return 0;
+}
+
+static void *check_held(void *arg)
+{
+	while (check_some(arg, NULL))
+		;
+	return NULL;
+}
+
+void dvar_store_check_start(save_job *j)
+{
+	size_t held = 0;
+
+	if (!j->late_verdict || dvar_mem_on_device(j->s))
+		return;
+	j->phase = PHASE_CHECK;
+	j->helper.help = check_some;
+	j->helper.arg = j;
+	for (size_t i = 0; i < j->n; i++) {
+		item *it = &j->items[i];
+
+		if (host_work(j, it)) {
+			it->hold = dvar_variable_track(it->v);
+			atomic_init(&it->claimed, 0);
+			atomic_init(&it->left, pieces(it));
+			held++;
+		}
+	}
+	if (!held)
+		return;
+	atomic_store(&j->unchecked, held);
+	for (size_t i = 0; i < j->n; i++)
+		if (j->items[i].hold)
+			dvar_track_hold(j->items[i].hold, &j->helper);
+	/* Without a thread, the check runs before the call returns. */
+	if (pthread_create(&j->checker, NULL, check_held, j) == 0)
+		j->checking = 1;
+	else
+		check_held(j);
+}
+
+void dvar_store_check_join(save_job *j)
+{
+	if (j->checking)
+		pthread_join(j->checker, NULL);
+	j->checking = 0;
+	/* The checker took the last piece; the helpers finish theirs. */
+	dvar_track_helper_drain(&j->helper);
 }
 
 /*

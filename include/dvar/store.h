@@ -142,9 +142,13 @@ DVAR_EXTERN(int) dvar_save(dvar_strategy *s, const char *root, int64_t step,
 /**
  * Collective: dvar_save, but return as soon as this worker's share of the
  * state is copied to host staging buffers (page-aligned, kept for the next
- * save) and the other replicas are checksummed; compression, writing and
- * the replica verdict go on in a background thread while the caller changes
- * the variables. Errors found before the return (arguments, lists, an
+ * save); compression, writing, the replica check and its verdict go on in
+ * background threads while the caller changes the variables. On host
+ * memory the replica check reads the variables after the return: an update
+ * of a mirrored variable, and dvar_variable_free, wait until the check has
+ * read that variable (one pass over the worker's replicas, in list order),
+ * so that it judges the values at the call. On GPUs the other replicas are
+ * checksummed before the return. Errors found before the return (arguments, lists, an
  * unsaveable scope) are returned at once, the same on every worker, and
  * nothing is written; a replica mismatch is returned by the call that
  * finishes the save (with DVAR_SAVE_ALLOW_REPLICA_MISMATCH the replicas are

@@ -306,6 +306,65 @@ static void test_async__replica_check_pieces(void **state)
 	dvar_strategy_free(t.s);
 }
 
+/*
+ * On host memory an asynchronous save compares the replicas after the call
+ * returned, holding the values: an update waits until its variable has been
+ * read. A drift at the call is found even when the replicas are made to
+ * agree right after it, and a variable freed right after the call is freed
+ * once read, the save finishing with its values at the call.
+ */
+static void test_async__check_reads_the_call(void **state)
+{
+	const size_t n = 4 * MIB; /* 16 pieces, the drift in the last */
+	stu_topo t;
+	char *root, *path, want[160], check[32];
+	dvar_variable *vars[2];
+	float *agreed = malloc(n * sizeof *agreed), *got;
+
+	(void)state;
+	assert_non_null(agreed);
+	for (size_t i = 0; i < n; i++)
+		agreed[i] = (float)(2 + (double)(i % 1000) * 0.25);
+	assert_int_equal(stu_topo_open(&t, 2), DVAR_OK);
+	root = stu_shared_dir(t.s);
+	vars[0] = make_var(t.s, "w", DVAR_FLOAT32, (int64_t)n, DVAR_SYNC_ON_WRITE, DVAR_AGG_NONE);
+	vars[1] = make_var(t.s, "v", DVAR_FLOAT32, (int64_t)n, DVAR_SYNC_ON_WRITE, DVAR_AGG_NONE);
+	assign_ramp(vars[0], 1, 0.5);
+	assign_ramp(vars[1], 3, 0.5);
+	change_replica(t.s, vars[0], t.N - 1, n - 3);
+	assert_int_equal(save_flags(t.s, root, 1, vars, 2, 0, 1), DVAR_OK);
+	assert_int_equal(dvar_variable_assign(vars[0], NULL, agreed), DVAR_OK);
+	assert_int_equal(dvar_save_wait(t.s), DVAR_EMISMATCH);
+	snprintf(want, sizeof want,
+	         "mirrored variable 'w': replica %d (worker %d) differs from replica %d (worker %d) "
+	         "in bytes [15728640, 16777216)",
+	         t.N - 1, t.W - 1, t.N - 2, t.W - 1);
+	tu_assert_error_contains(want);
+	stu_sum_over_workers(t.s, 0);
+	assert_false(stu_exists_in(root, "ckpt-1"));
+
+	/* Agreed now; one variable freed, the other changed, at once. */
+	assert_int_equal(save_flags(t.s, root, 2, vars, 2, 0, 1), DVAR_OK);
+	dvar_variable_free(vars[0]);
+	assign_ramp(vars[1], -1, 1);
+	assert_int_equal(dvar_save_wait(t.s), DVAR_OK);
+	path = tu_path(root, "ckpt-2");
+	got = read_entry(path, "w", n * sizeof *got, check, sizeof check);
+	assert_string_equal(check, "");
+	assert_memory_equal(got, agreed, n * sizeof *got);
+	free(got);
+	got = read_entry(path, "v", n * sizeof *got, check, sizeof check);
+	for (size_t i = 0; i < n; i++)
+		assert_true(got[i] == (float)(3 + (double)(i % 1000) * 0.5));
+	free(got);
+	free(path);
+
+	free(agreed);
+	dvar_variable_free(vars[1]);
+	stu_drop_shared_dir(t.s, root);
+	dvar_strategy_free(t.s);
+}
+
 /* ---------------------------------------------------------------- asynchronous saves */
 
 #define NVARS 4
@@ -654,6 +713,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_async__replica_check),
 		cmocka_unit_test(test_async__replica_check_pieces),
+		cmocka_unit_test(test_async__check_reads_the_call),
 		cmocka_unit_test(test_async__same_as_sync),
 		cmocka_unit_test(test_async__failure_surfaces),
 		cmocka_unit_test(test_async__every_worker),
