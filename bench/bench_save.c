@@ -600,7 +600,7 @@ static void report(void)
 	row("(d) dvar_save, SKIP_REPLICA_CHECK", T_SKIP, T_RAW_SHARE, "raw per worker");
 	row("(e) dvar_save_async: stall (until it returns)", T_STALL, T_MEMCPY, "memcpy");
 	row("    dvar_save_async + dvar_save_wait", T_WAIT, T_RAW_SHARE, "raw per worker");
-	row("(f) an update of every variable, no save pending", T_UPDATE, T_MEMCPY, "memcpy");
+	row("(f) update every variable, no save pending", T_UPDATE, T_MEMCPY, "memcpy");
 	row("    the same right after (e) returned", T_HELD, T_UPDATE, "no save pending");
 	printf("\nreplica check cost (c - d) / d: %+.1f %% [%+.1f, %+.1f] over the repeats; "
 	       "%+.3f CPU s per save\n(all workers; it reads R x W = %d copies of the state, "
