@@ -379,21 +379,27 @@ static void case_check_pair(int64_t step, int first, int odd)
 	record(T_SKIP, sum[T_SKIP]);
 }
 
-/* (e) dvar_save_async, then dvar_save_wait at once; then a memcpy of the
- * whole state on every worker, right there, for the stall's yardstick. */
-static void case_async(int64_t step, int verify_it)
+/* dvar_save_async of step from a barrier; the time until it returned. */
+static sample timed_async(int64_t step)
 {
 	dvar_save_options so = DVAR_SAVE_OPTIONS_INIT;
 	dvar_write_options wo;
-	char ckpt[4300];
-	sample stall, wait;
 
 	write_options(&wo);
 	so.write = &wo;
 	start_timer();
 	bench_check(dvar_save_async(g.s, g.shared_root, step, g.v, (size_t)g.vars, &so),
-	      "dvar_save_async");
-	stall = lap();
+	            "dvar_save_async");
+	return lap();
+}
+
+/* (e) dvar_save_async, then dvar_save_wait at once; then a memcpy of the
+ * whole state on every worker, right there, for the stall's yardstick. */
+static void case_async(int64_t step, int verify_it)
+{
+	char ckpt[4300];
+	sample stall = timed_async(step), wait;
+
 	bench_check(dvar_save_wait(g.s), "dvar_save_wait");
 	wait = lap();
 	record(T_STALL, combine(stall));
@@ -430,20 +436,13 @@ static void assign_all(void)
  */
 static void case_update(int64_t step)
 {
-	dvar_save_options so = DVAR_SAVE_OPTIONS_INIT;
-	dvar_write_options wo;
 	sample stall, both;
 
 	start_timer();
 	assign_all();
 	record(T_UPDATE, combine(lap()));
 
-	write_options(&wo);
-	so.write = &wo;
-	start_timer();
-	bench_check(dvar_save_async(g.s, g.shared_root, step, g.v, (size_t)g.vars, &so),
-	            "dvar_save_async");
-	stall = lap();
+	stall = timed_async(step);
 	assign_all();
 	both = lap();
 	record(T_HELD, combine((sample){ both.wall - stall.wall, both.cpu - stall.cpu }));

@@ -148,11 +148,12 @@ DVAR_EXTERN(int) dvar_save(dvar_strategy *s, const char *root, int64_t step,
  * of a mirrored variable, and dvar_variable_free, wait until the check has
  * read that variable (one pass over the worker's replicas, in list order),
  * so that it judges the values at the call. On GPUs the other replicas are
- * checksummed before the return. Errors found before the return (arguments, lists, an
- * unsaveable scope) are returned at once, the same on every worker, and
- * nothing is written; a replica mismatch is returned by the call that
- * finishes the save (with DVAR_SAVE_ALLOW_REPLICA_MISMATCH the replicas are
- * judged before the return, since the mark goes into the entries).
+ * checksummed before the return. Errors found before the return
+ * (arguments, lists, an unsaveable scope) are returned at once, the same on
+ * every worker, and nothing is written; a replica mismatch is returned by
+ * the call that finishes the save (with DVAR_SAVE_ALLOW_REPLICA_MISMATCH
+ * the replicas are judged before the return, since the mark goes into the
+ * entries).
  *
  * Only one save is pending per strategy: dvar_save and dvar_save_async first
  * finish the pending one (dvar_save_wait); when that failed, they return its
