@@ -365,6 +365,70 @@ static void test_async__check_reads_the_call(void **state)
 	dvar_strategy_free(t.s);
 }
 
+struct add_job {
+	dvar_variable *v;
+	const float *delta;
+};
+
+/* Replica context: assign_add with the variable's aggregation (SUM: every
+ * replica's delta, all-reduced over every worker, lands on every replica). */
+static int add_in_replica(dvar_replica *ctx, void *arg)
+{
+	const struct add_job *a = arg;
+
+	return dvar_variable_assign_add(a->v, ctx, a->delta);
+}
+
+/*
+ * A training loop's pattern: each save returns and every replica at once
+ * updates through a collective, waiting for (and helping) the check of the
+ * value it changes, on every worker at its own moment. Each checkpoint holds
+ * the values at its call; no step hangs.
+ */
+static void test_async__updates_in_replica_context(void **state)
+{
+	const size_t n = 3 * MIB / 2; /* 6 pieces */
+	stu_topo t;
+	char *root, name[32], check[32];
+	dvar_variable *v;
+	float *ones = malloc(n * sizeof *ones);
+	struct add_job job;
+
+	(void)state;
+	assert_non_null(ones);
+	for (size_t i = 0; i < n; i++)
+		ones[i] = 1;
+	assert_int_equal(stu_topo_open(&t, 2), DVAR_OK);
+	root = stu_shared_dir(t.s);
+	v = make_var(t.s, "w", DVAR_FLOAT32, (int64_t)n, DVAR_SYNC_ON_WRITE, DVAR_AGG_SUM);
+	assign_ramp(v, 0, 1);
+	job.v = v;
+	job.delta = ones;
+	for (int step = 1; step <= 4; step++) {
+		/* The next save finishes this one first. */
+		assert_int_equal(save_flags(t.s, root, step, &v, 1, 0, 1), DVAR_OK);
+		assert_int_equal(dvar_strategy_run(t.s, add_in_replica, &job), DVAR_OK);
+	}
+	assert_int_equal(dvar_save_wait(t.s), DVAR_OK);
+	for (int step = 1; step <= 4; step++) {
+		char *path;
+		float *got;
+
+		snprintf(name, sizeof name, "ckpt-%d", step);
+		path = tu_path(root, name);
+		got = read_entry(path, "w", n * sizeof *got, check, sizeof check);
+		assert_string_equal(check, "");
+		for (size_t i = 0; i < n; i++)
+			assert_true(got[i] == (float)((double)(i % 1000) + (double)(step - 1) * t.N));
+		free(got);
+		free(path);
+	}
+	free(ones);
+	dvar_variable_free(v);
+	stu_drop_shared_dir(t.s, root);
+	dvar_strategy_free(t.s);
+}
+
 /* ---------------------------------------------------------------- asynchronous saves */
 
 #define NVARS 4
@@ -714,6 +778,7 @@ int main(void)
 		cmocka_unit_test(test_async__replica_check),
 		cmocka_unit_test(test_async__replica_check_pieces),
 		cmocka_unit_test(test_async__check_reads_the_call),
+		cmocka_unit_test(test_async__updates_in_replica_context),
 		cmocka_unit_test(test_async__same_as_sync),
 		cmocka_unit_test(test_async__failure_surfaces),
 		cmocka_unit_test(test_async__every_worker),
