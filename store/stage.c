@@ -548,17 +548,19 @@ static int judge_replicas(save_job *j, const unsigned char *all, const size_t *o
 			int64_t bad[2];
 
 			memcpy(bad, base + 16 * slot, 16);
+			/* Marked only when allowed, judged then before the part is
+			 * written: otherwise its writer may be reading the mark. */
 			if (bad[0] >= 0) {
-				it->mismatch = 1;
 				if (!(j->flags & DVAR_SAVE_ALLOW_REPLICA_MISMATCH))
 					return report_mismatch(j, it, w * j->R + (int)bad[0], w * j->R,
 					                       bad[1]);
+				it->mismatch = 1;
 			}
 			for (size_t c = 0; c < chunks && w > 0 && !it->mismatch; c++)
 				if (memcmp(sums + 4 * (it->chunk0 + c), sums0 + 4 * (it->chunk0 + c), 4)) {
-					it->mismatch = 1;
 					if (!(j->flags & DVAR_SAVE_ALLOW_REPLICA_MISMATCH))
 						return report_mismatch(j, it, w * j->R, 0, (int64_t)c);
+					it->mismatch = 1;
 				}
 		}
 		slot++;
