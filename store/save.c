@@ -885,8 +885,8 @@ static int begin(save_job *j, const char *root, dvar_variable *const *vars, size
 			rc = dvar_store_agree_on_replicas(j, j->async ? DVAR_OK
 			                                               : dvar_store_stage(j, PHASE_CHECK));
 		if (rc == DVAR_OK) {
-			start_writing(j);
 			dvar_store_check_start(j);
+			start_writing(j);
 		}
 		if (rc == DVAR_OK && !marks && !j->late_verdict)
 			rc = dvar_store_agree_on_replicas(j, dvar_store_stage(j, PHASE_CHECK));

@@ -151,7 +151,7 @@ void dvar_store_point_at_data(save_job *j);
 void dvar_store_checksum_deferred(save_job *j);
 
 /*
- * An asynchronous save on host memory, once its part is being written:
+ * An asynchronous save on host memory, as its part starts being written:
  * hold the trackers of the values its replica check compares (track.h: an
  * update of one waits until it has been read, helping meanwhile) and check
  * them in a thread of its own, releasing each once read. Nothing otherwise.

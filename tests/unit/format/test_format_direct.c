@@ -222,7 +222,7 @@ static void test_format_direct__width(void **state)
 	} cases[] = { { DVAR_DIRECT_AUTO, 0 }, { DVAR_DIRECT_AUTO, 16 }, { DVAR_DIRECT_OFF, 0 } };
 	fixture *f = *state;
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-	int tasks = 4, pool = (int)cpus + DVAR_IO_DEPTH;
+	int tasks = 4, pool = dvar_pool_io_threads(0);
 	int narrow = (cpus < tasks ? (int)cpus : tasks) - 1, wide = (pool < tasks ? pool : tasks) - 1;
 	size_t n = (size_t)ROWS * ROW_BYTES;
 	void *base;

@@ -272,7 +272,7 @@ static void test_format_roundtrip__writer_threads(void **state)
 {
 	const char *dir = *state;
 	char *path = tu_path(dir, "threads");
-	int pool = (int)sysconf(_SC_NPROCESSORS_ONLN) + DVAR_IO_DEPTH;
+	int pool = dvar_pool_io_threads(0);
 	const int64_t dims[2] = { 8 * 16, 1024 }; /* 8 chunks of 64 KiB */
 	dvar_shape shape;
 	dvar_shape_init(&shape, 2, dims);
